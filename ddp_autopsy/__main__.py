@@ -1,0 +1,3 @@
+from ddp_autopsy.cli import main
+
+main()
