@@ -1,13 +1,125 @@
-"""Command line: ``ddp-autopsy analyze | report | collect | demo | rules | rule | inspect``."""
+"""Command line: ``ddp-autopsy analyze | report | collect | demo | rules | rule``.
+
+Exit codes (docs/cli.md): 0 the command ran (whatever the verdict); 2 usage error; 3 nothing
+in the inputs could be read.
+"""
 
 from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
 
 import click
 
 from ddp_autopsy import __version__
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_NO_INPUT = 3
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ddp-autopsy")
 def main() -> None:
     """Find which rank hung or killed a PyTorch distributed job, what it was doing, and why."""
+
+
+def _analyze(paths: tuple[Path, ...]):  # -> Analysis
+    from ddp_autopsy.analyzer.job import load
+    from ddp_autopsy.rules.engine import run
+
+    job = load(list(paths))
+    if not job.inputs:
+        for note in job.notes:
+            click.echo(f"ddp-autopsy: {note.path}: {note.message}", err=True)
+        click.echo("ddp-autopsy: nothing readable in the given paths", err=True)
+        sys.exit(EXIT_NO_INPUT)
+    return run(job)
+
+
+def _write_html(analysis, path: Path) -> None:
+    from ddp_autopsy.reports import html
+
+    path.write_text(html.render(analysis), encoding="utf-8")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Output for people (text) or machines (json).")
+@click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Also write the HTML post-mortem to this file.")
+@click.option("--color/--no-color", default=None, help="Force colours on or off.")
+def analyze(paths: tuple[Path, ...], fmt: str, html_path: Path | None, color: bool | None) -> None:
+    """Analyze logs, log directories, archives or collect bundles of one job.
+
+    Several PATHs (e.g. one bundle per node) are analyzed together as one job.
+    """
+    analysis = _analyze(paths)
+    if fmt == "json":
+        from ddp_autopsy.reports import json_report
+
+        click.echo(json_report.render(analysis))
+    else:
+        from ddp_autopsy.reports import text
+
+        text.render(analysis, color=color)
+    if html_path:
+        _write_html(analysis, html_path)
+        if fmt == "text":
+            click.echo(f"\nHTML report: {html_path}")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+              default=Path("report.html"), show_default=True)
+def report(paths: tuple[Path, ...], output: Path) -> None:
+    """Write a self-contained HTML post-mortem of the job to attach to a ticket."""
+    analysis = _analyze(paths)
+    _write_html(analysis, output)
+    click.echo(f"Wrote {output}")
+
+
+@main.command("rules")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def rules_cmd(fmt: str) -> None:
+    """List the diagnostic rules."""
+    from ddp_autopsy.rules.catalog import rule_dict
+    from ddp_autopsy.rules.engine import registry
+
+    if fmt == "json":
+        click.echo(json.dumps([rule_dict(r) for r in registry()], indent=2))
+        return
+    for r in registry():
+        click.echo(f"{r.code:<9} {r.slug:<34} {r.cause or '(symptom)':<30} {r.title()}")
+
+
+@main.command("rule")
+@click.argument("code")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def rule_cmd(code: str, fmt: str) -> None:
+    """Explain one rule (by code or slug)."""
+    from ddp_autopsy.rules.catalog import rule_dict, rule_markdown
+    from ddp_autopsy.rules.engine import get_rule
+
+    rule = get_rule(code)
+    if rule is None:
+        raise click.UsageError(f"no rule {code!r}; see `ddp-autopsy rules`")
+    if fmt == "json":
+        click.echo(json.dumps(rule_dict(rule), indent=2))
+    else:
+        click.echo(rule_markdown(rule))
+
+
+def _register_optional() -> None:
+    """Commands whose modules live in other parts of the package."""
+    try:
+        from ddp_autopsy.collectors.command import collect_command
+    except ImportError:
+        return
+    main.add_command(collect_command, "collect")
+
+
+_register_optional()

@@ -1,0 +1,392 @@
+"""Load everything the user gave into one :class:`Job`: typed polars frames plus input notes.
+
+Frames (documented in docs/frames.md):
+
+- ``events``: one row per recognised log line (see ``events.EVENT_SCHEMA``)
+- ``stacks``: one row per stack frame of every dumped thread (see ``stacks.STACK_SCHEMA``)
+- ``ranks``: one row per known global rank: host, local rank, pid, what we have of it
+- ``env``: environment and versions per process, from collect bundles
+- ``processes``: processes a bundle saw (pid, role, rank, stack status)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ddp_autopsy.analyzer.events import EVENT_SCHEMA, FileContext, ScanStats, scan_text
+from ddp_autopsy.analyzer.layout import attribution_from_path
+from ddp_autopsy.analyzer.sources import (
+    BUNDLE_SCHEMA_PREFIX,
+    SKIP_SUFFIXES,
+    InputNote,
+    Member,
+    Tree,
+    decompressed,
+    iter_inputs,
+)
+from ddp_autopsy.analyzer.stacks import (
+    STACK_SCHEMA,
+    StackOwner,
+    StackParseError,
+    looks_like_pyspy_json,
+    looks_like_pyspy_text,
+    parse_pyspy_json,
+    parse_pyspy_text,
+)
+
+#: Event kinds that mean something failed (used to tell a recovered run from a failed one).
+FAILURE_KINDS = frozenset({
+    "exception", "elastic_failure", "worker_failed", "spawn_failed", "port_in_use",
+    "connect_timeout", "connect_failed", "store_clients_timeout", "store_wait_timeout",
+    "watchdog_timeout", "gloo_timeout", "collective_fingerprint_mismatch", "nccl_error",
+    "rdzv_connection_error", "monitored_barrier_failed",
+})
+
+ENV_SCHEMA: dict[str, Any] = {
+    "host": pl.String, "pid": pl.Int64, "rank": pl.Int64, "key": pl.String, "value": pl.String,
+}
+PROCESS_SCHEMA: dict[str, Any] = {
+    "bundle": pl.String, "host": pl.String, "pid": pl.Int64, "ppid": pl.Int64,
+    "role": pl.String, "rank": pl.Int64, "local_rank": pl.Int64, "world_size": pl.Int64,
+    "stack_status": pl.String,
+}
+
+
+@dataclass
+class InputRecord:
+    """One file that was read, and how."""
+
+    path: str
+    kind: str  # log | stack | bundle-manifest | skipped
+    lines: int = 0
+    bytes: int = 0
+    events: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "lines": self.lines,
+                "bytes": self.bytes, "events": self.events}
+
+
+@dataclass
+class Bundle:
+    """A collect bundle: its manifest and the probes it recorded."""
+
+    display: str
+    manifest: dict[str, Any]
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    host_info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Job:
+    events: pl.DataFrame
+    stacks: pl.DataFrame
+    ranks: pl.DataFrame
+    env: pl.DataFrame
+    processes: pl.DataFrame
+    inputs: list[InputRecord] = field(default_factory=list)
+    notes: list[InputNote] = field(default_factory=list)
+    bundles: list[Bundle] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def frame(self, name: str) -> pl.DataFrame:
+        return getattr(self, name)
+
+    def has(self, name: str) -> bool:
+        df = getattr(self, name, None)
+        return isinstance(df, pl.DataFrame) and df.height > 0
+
+    def of_kind(self, *kinds: str) -> pl.DataFrame:
+        return self.events.filter(pl.col("kind").is_in(list(kinds)))
+
+    def rows(self, *kinds: str) -> list[dict[str, Any]]:
+        """Events of these kinds as dicts, ``data`` decoded, in input order."""
+        out = []
+        for row in self.of_kind(*kinds).iter_rows(named=True):
+            row["data"] = json.loads(row["data"]) if row["data"] else {}
+            out.append(row)
+        return out
+
+    def lines_in(self, source: str) -> int:
+        for rec in self.inputs:
+            if rec.path == source:
+                return rec.lines
+        return 0
+
+    def superseded(self, source: str, line: int) -> bool:
+        """Whether a failure at ``source:line`` was followed by a restart that did not fail.
+
+        A later run start (torchrun's banner, Lightning's rank init, ...) in the same source with
+        no failure after it means the user re-ran the job and the earlier failure is history.
+        """
+        later = self.events.filter(
+            (pl.col("source") == source) & (pl.col("line") > line)
+        )
+        starts = later.filter(pl.col("kind") == "run_start")["line"]
+        if starts.len() == 0:
+            return False
+        last_start = int(starts.max())  # type: ignore[arg-type]
+        failures = later.filter(
+            (pl.col("line") > last_start) & pl.col("kind").is_in(list(FAILURE_KINDS))
+        )
+        return failures.height == 0
+
+    @property
+    def world_size(self) -> int | None:
+        """The job's world size where any input states it."""
+        sizes: list[int] = []
+        for b in self.bundles:
+            ws = (b.manifest.get("job") or {}).get("world_size")
+            if isinstance(ws, int):
+                sizes.append(ws)
+        if self.processes.height:
+            sizes += [int(x) for x in self.processes["world_size"].drop_nulls().to_list()]
+        for row in self.of_kind("store_clients_timeout").iter_rows(named=True):
+            sizes.append(json.loads(row["data"])["world"])
+        return max(sizes) if sizes else None
+
+
+def _year_of(member: Member) -> int:
+    ts = member.mtime or time.time()
+    return datetime.fromtimestamp(ts).year
+
+
+def load(paths: Iterable[Path | str]) -> Job:
+    """Read every PATH (files, directories, archives, bundles) into one Job."""
+    t0 = time.perf_counter()
+    notes: list[InputNote] = []
+    inputs: list[InputRecord] = []
+    event_rows: list[dict[str, Any]] = []
+    stack_rows: list[dict[str, Any]] = []
+    env_rows: list[dict[str, Any]] = []
+    proc_rows: list[dict[str, Any]] = []
+    bundles: list[Bundle] = []
+
+    for _path, tree in iter_inputs([Path(p) for p in paths], notes):
+        bundle = _read_bundle(tree, notes)
+        if bundle is not None:
+            bundles.append(bundle)
+            _load_bundle(tree, bundle, notes, inputs, event_rows, stack_rows, env_rows, proc_rows)
+            continue
+        for member in tree.members:
+            _load_member(member, FileContext(display=member.display, year=_year_of(member)),
+                         notes, inputs, event_rows, stack_rows)
+
+    events = pl.DataFrame(event_rows, schema=EVENT_SCHEMA, orient="row") if event_rows \
+        else pl.DataFrame(schema=EVENT_SCHEMA)
+    events = _fill_ranks_from_local(events)
+    stacks = pl.DataFrame(stack_rows, schema=STACK_SCHEMA) if stack_rows \
+        else pl.DataFrame(schema=STACK_SCHEMA)
+    env = pl.DataFrame(env_rows, schema=ENV_SCHEMA) if env_rows else pl.DataFrame(schema=ENV_SCHEMA)
+    processes = pl.DataFrame(proc_rows, schema=PROCESS_SCHEMA) if proc_rows \
+        else pl.DataFrame(schema=PROCESS_SCHEMA)
+    job = Job(events=events, stacks=stacks, ranks=pl.DataFrame(), env=env, processes=processes,
+              inputs=inputs, notes=notes, bundles=bundles)
+    job.ranks = _ranks_frame(job)
+    job.elapsed_s = time.perf_counter() - t0
+    return job
+
+
+def _load_member(member: Member, ctx: FileContext, notes: list[InputNote],
+                 inputs: list[InputRecord], event_rows: list[dict[str, Any]],
+                 stack_rows: list[dict[str, Any]], owner: StackOwner | None = None) -> None:
+    lower = member.relpath.lower()
+    if any(lower.endswith(s) for s in SKIP_SUFFIXES):
+        inputs.append(InputRecord(member.display, "skipped"))
+        return
+    cue = attribution_from_path(member.relpath)
+    if ctx.rank is None and ctx.local_rank is None and cue.cue:
+        ctx.rank, ctx.local_rank, ctx.cue = cue.rank, cue.local_rank, cue.cue
+        ctx.host = ctx.host or cue.host
+        ctx.pid = ctx.pid or cue.pid
+    try:
+        with decompressed(member) as fh:
+            head = fh.read(65536)
+            if looks_like_pyspy_json(head) or looks_like_pyspy_text(head):
+                data = head + fh.read()
+                own = owner or StackOwner(member.display, ctx.host, ctx.pid, ctx.rank,
+                                          ctx.local_rank)
+                try:
+                    if looks_like_pyspy_json(head):
+                        rows = parse_pyspy_json(data, own)
+                    else:
+                        rows = parse_pyspy_text(data.decode("utf-8", "replace"), own)
+                except StackParseError as err:
+                    notes.append(InputNote(member.display, str(err)))
+                    return
+                stack_rows.extend(rows)
+                inputs.append(InputRecord(member.display, "stack", bytes=len(data)))
+                return
+        with decompressed(member) as fh:
+            stats = ScanStats()
+            rows = scan_text(fh, ctx, notes, stats)
+            event_rows.extend(rows)
+            inputs.append(InputRecord(member.display, "log", stats.lines, stats.bytes, len(rows)))
+    except (OSError, EOFError, ValueError) as err:
+        notes.append(InputNote(member.display, f"cannot read: {err}", "warning"))
+
+
+def _read_bundle(tree: Tree, notes: list[InputNote]) -> Bundle | None:
+    candidates = [m for m in tree.members if m.relpath.endswith("manifest.json")
+                  and m.relpath.count("/") <= 1]
+    for m in candidates:
+        try:
+            with m.opener() as fh:
+                manifest = json.loads(fh.read(64 << 20))
+        except (OSError, ValueError) as err:
+            notes.append(InputNote(m.display, f"bundle manifest unreadable: {err}"))
+            continue
+        if isinstance(manifest, dict) and str(manifest.get("schema", "")).startswith(
+            BUNDLE_SCHEMA_PREFIX
+        ):
+            prefix = m.relpath[: -len("manifest.json")]
+            if prefix:
+                tree.members = [
+                    Member(x.display, x.relpath[len(prefix):], x.size, x.mtime, x.opener)
+                    for x in tree.members if x.relpath.startswith(prefix)
+                ]
+            if not manifest.get("complete", True):
+                notes.append(InputNote(tree.display, "bundle is incomplete (collect was "
+                                                     "interrupted); partial results used"))
+            return Bundle(display=tree.display, manifest=manifest)
+    return None
+
+
+def _json_member(tree: Tree, relpath: str, notes: list[InputNote]) -> Any:
+    try:
+        data = tree.read_bytes(relpath)
+        return json.loads(data) if data is not None else None
+    except (OSError, ValueError) as err:
+        notes.append(InputNote(f"{tree.display}/{relpath}", f"unreadable JSON: {err}"))
+        return None
+
+
+def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: list[InputRecord],
+                 event_rows: list[dict[str, Any]], stack_rows: list[dict[str, Any]],
+                 env_rows: list[dict[str, Any]], proc_rows: list[dict[str, Any]]) -> None:
+    man = bundle.manifest
+    host = man.get("host")
+    inputs.append(InputRecord(f"{tree.display}/manifest.json", "bundle-manifest"))
+    probes = _json_member(tree, "network/probe.json", notes)
+    if isinstance(probes, list):
+        bundle.probes = probes
+    host_info = _json_member(tree, "host/host.json", notes)
+    if isinstance(host_info, dict):
+        bundle.host_info = host_info
+    by_pid: dict[int, dict[str, Any]] = {}
+    for proc in man.get("processes") or []:
+        if not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
+            continue
+        by_pid[proc["pid"]] = proc
+        proc_rows.append({
+            "bundle": tree.display, "host": host, "pid": proc["pid"], "ppid": proc.get("ppid"),
+            "role": proc.get("role"), "rank": proc.get("rank"),
+            "local_rank": proc.get("local_rank"), "world_size": proc.get("world_size"),
+            "stack_status": proc.get("stack_status"),
+        })
+        stack_rel = proc.get("stack")
+        if stack_rel:
+            member = tree.get(stack_rel)
+            if member is None:
+                notes.append(InputNote(f"{tree.display}/{stack_rel}", "stack dump listed in the "
+                                       "manifest is missing"))
+            else:
+                owner = StackOwner(member.display, host, proc["pid"], proc.get("rank"),
+                                   proc.get("local_rank"))
+                _load_member(member, FileContext(member.display, _year_of(member), host=host),
+                             notes, inputs, event_rows, stack_rows, owner)
+        info = _json_member(tree, f"processes/{proc['pid']}/info.json", notes)
+        if isinstance(info, dict):
+            for key, value in (info.get("env") or {}).items():
+                env_rows.append({"host": host, "pid": proc["pid"], "rank": proc.get("rank"),
+                                 "key": key, "value": str(value)})
+            for key, value in (info.get("versions") or {}).items():
+                if value is not None:
+                    env_rows.append({"host": host, "pid": proc["pid"], "rank": proc.get("rank"),
+                                     "key": f"version.{key}", "value": str(value)})
+    stack_paths = {p.get("stack") for p in by_pid.values()}
+    for entry in man.get("logs") or []:
+        if not isinstance(entry, dict) or not entry.get("path"):
+            continue
+        member = tree.get(entry["path"])
+        if member is None:
+            notes.append(InputNote(f"{tree.display}/{entry['path']}", "log listed in the "
+                                   "manifest is missing from the bundle"))
+            continue
+        if entry.get("truncated"):
+            notes.append(InputNote(member.display, "log was truncated by collect (head and tail "
+                                   "kept)", "info"))
+        ctx = FileContext(member.display, _year_of(member), host=host)
+        proc = by_pid.get(entry.get("pid")) if isinstance(entry.get("pid"), int) else None
+        if proc is not None and proc.get("rank") is not None:
+            ctx.rank, ctx.local_rank = proc["rank"], proc.get("local_rank")
+            ctx.cue = "bundle manifest"
+        _load_member(member, ctx, notes, inputs, event_rows, stack_rows)
+    # py-spy text dumps duplicate the JSON ones; everything else listed was read above.
+    _ = stack_paths
+
+
+def _fill_ranks_from_local(events: pl.DataFrame) -> pl.DataFrame:
+    """Within one source, lines carrying both a local rank and a rank give the mapping for lines
+    that carry only the local rank (e.g. ``[default1]:`` lines next to ``[default1]:[rank5]:``)."""
+    if events.height == 0:
+        return events
+    pairs = (
+        events.filter(pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null())
+        .group_by("source", "local_rank")
+        .agg(pl.col("rank").unique().alias("ranks"))
+        .filter(pl.col("ranks").list.len() == 1)
+        .select("source", "local_rank", pl.col("ranks").list.first().alias("mapped"))
+    )
+    if pairs.height == 0:
+        return events
+    return (
+        events.join(pairs, on=["source", "local_rank"], how="left")
+        .with_columns(
+            pl.when(pl.col("rank").is_null() & pl.col("mapped").is_not_null())
+            .then(pl.lit("launcher prefix mapped via [rankN] lines"))
+            .otherwise(pl.col("cue"))
+            .alias("cue"),
+            pl.coalesce("rank", "mapped").alias("rank"),
+        )
+        .drop("mapped")
+    )
+
+
+RANKS_SCHEMA: dict[str, Any] = {
+    "rank": pl.Int64, "hosts": pl.List(pl.String), "local_rank": pl.Int64,
+    "pids": pl.List(pl.Int64), "events": pl.UInt32, "has_stack": pl.Boolean,
+}
+
+
+def _ranks_frame(job: Job) -> pl.DataFrame:
+    parts = []
+    cols = ["rank", "host", "local_rank", "pid"]
+    for df in (job.events, job.stacks, job.processes):
+        if df.height:
+            parts.append(df.select(cols).with_columns(
+                pl.lit(df is job.stacks).alias("is_stack"),
+                pl.lit(df is job.events).alias("is_event"),
+            ))
+    if not parts:
+        return pl.DataFrame(schema=RANKS_SCHEMA)
+    allrows = pl.concat(parts).filter(pl.col("rank").is_not_null())
+    return (
+        allrows.group_by("rank")
+        .agg(
+            pl.col("host").drop_nulls().unique().sort().alias("hosts"),
+            pl.col("local_rank").drop_nulls().first().alias("local_rank"),
+            pl.col("pid").drop_nulls().unique().sort().alias("pids"),
+            pl.col("is_event").sum().cast(pl.UInt32).alias("events"),
+            pl.col("is_stack").any().alias("has_stack"),
+        )
+        .sort("rank")
+    )

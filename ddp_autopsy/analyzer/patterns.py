@@ -1,0 +1,299 @@
+"""The message catalog: which log lines become which typed events.
+
+Each :class:`Pattern` names an event kind, the literal needles that must occur in a line for it
+to be considered (used by the fast vectorised pre-filter), and the regex that extracts its fields.
+Formats and versions are documented in ``shared/research`` (PyTorch c10d, TCPStore, torchelastic,
+ProcessGroupNCCL, NCCL); the ``M..`` tags below refer to that catalog.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Pattern:
+    kind: str
+    needles: tuple[str, ...]
+    regex: re.Pattern[str]
+    #: Converters for named groups (default: str).
+    types: tuple[tuple[str, type], ...] = ()
+
+    def match(self, body: str) -> dict[str, Any] | None:
+        m = self.regex.search(body)
+        if not m:
+            return None
+        fields: dict[str, Any] = {k: v for k, v in m.groupdict().items() if v is not None}
+        for name, conv in self.types:
+            if name in fields:
+                try:
+                    fields[name] = conv(fields[name])
+                except ValueError:
+                    fields.pop(name)
+        return fields
+
+
+def _p(kind: str, needles: str | tuple[str, ...], regex: str, **types: type) -> Pattern:
+    if isinstance(needles, str):
+        needles = (needles,)
+    return Pattern(kind, needles, re.compile(regex), tuple(types.items()))
+
+
+PATTERNS: tuple[Pattern, ...] = (
+    # --- rendezvous / TCPStore / sockets -----------------------------------------------------
+    # M14, non-libuv: "...failed to bind to [::]:29500 (errno: 98 - Address already in use)."
+    _p(
+        "port_in_use",
+        ("Address already in use", "EADDRINUSE", "address already in use"),
+        r"(?:bind to (?P<addr>\S+?):(?P<port>\d+) \(errno: 98"
+        r"|port: (?P<port2>\d+),[^\n]*?EADDRINUSE"
+        r"|EADDRINUSE|[Aa]ddress already in use)",
+        port=int,
+        port2=int,
+    ),
+    # M15: "The IPv6 network addresses of (host, 44685) cannot be retrieved (gai error: -2 - ...)"
+    _p(
+        "unresolved_host",
+        "cannot be retrieved",
+        r"The (?:(?P<family>IPv[46]) )?network addresses of \((?P<host>[^,]+), (?P<port>\d+)\) "
+        r"cannot be retrieved \(gai error: (?P<gai>-?\d+) - (?P<msg>[^)]+)\)",
+        port=int,
+        gai=int,
+    ),
+    # Python-level resolution failures (tcp:// init methods, user code).
+    _p(
+        "unresolved_host",
+        ("gaierror", "getting address info"),
+        r"(?:socket\.gaierror: \[Errno (?P<gai>-?\d+)\] (?P<msg>.+)"
+        r"|error encountered when getting address info : (?P<msg2>.+))",
+        gai=int,
+    ),
+    # Markers of a (re)start: a later start with no failure after it supersedes earlier failures.
+    _p(
+        "run_start",
+        ("Setting OMP_NUM_THREADS environment variable", "Starting elastic_operator",
+         "initializing ddp: GLOBAL_RANK", "Initializing distributed: GLOBAL_RANK"),
+        r"(?:Setting OMP_NUM_THREADS environment variable|Starting elastic_operator"
+        r"|[Ii]nitializing (?:ddp|distributed): GLOBAL_RANK: (?P<rank>\d+), MEMBER: "
+        r"(?P<member>\d+)/(?P<world>\d+))",
+        rank=int,
+        member=int,
+        world=int,
+    ),
+    # M13: "The client socket has timed out after 1800s while trying to connect to (h, 29500)."
+    _p(
+        "connect_timeout",
+        "while trying to connect to",
+        r"client socket has timed out after (?P<t>\d+)(?P<unit>ms|s) while trying to connect to "
+        r"\((?P<host>[^,]+), (?P<port>\d+)\)",
+        t=int,
+        port=int,
+    ),
+    # M16: "failed to connect to any network address of (master-0, 23456). ... (errno: 113 - ...)"
+    _p(
+        "connect_failed",
+        "failed to connect to any network address",
+        r"failed to connect to any network address of \((?P<host>[^,]+), (?P<port>\d+)\)"
+        r"(?:.*?\(errno: (?P<errno>\d+) - (?P<err>[^)]+)\))?",
+        port=int,
+        errno=int,
+    ),
+    _p(
+        "connect_retry",
+        "is listening yet",
+        r"No socket on \((?P<host>[^,]+), (?P<port>\d+)\) is listening yet",
+        port=int,
+    ),
+    _p(
+        "rdzv_connection_error",
+        ("RendezvousConnectionError", "RendezvousTimeoutError"),
+        r"(?P<error>Rendezvous(?:Connection|Timeout)Error)(?::\s*(?P<msg>.*))?",
+    ),
+    # M11: "Timed out after 601 seconds waiting for clients. 1/4 clients joined."
+    _p(
+        "store_clients_timeout",
+        "waiting for clients",
+        r"Timed out after (?P<s>\d+) seconds waiting for clients\. "
+        r"(?P<joined>\d+)/(?P<world>\d+) clients joined",
+        s=int,
+        joined=int,
+        world=int,
+    ),
+    # M12: "wait timeout after 600000ms, keys: /default_pg/0//cuda//0"
+    _p(
+        "store_wait_timeout",
+        ("wait timeout after", "Socket Timeout"),
+        r"(?:wait timeout after (?P<ms>\d+)ms, keys: (?P<keys>.+?)\.?$"
+        r"|DistStoreError: Socket Timeout)",
+        ms=int,
+    ),
+    # M10: "[Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 1800000 ms"
+    _p(
+        "monitored_barrier_failed",
+        "monitoredBarrier",
+        r"Ranks? (?P<ranks>\d+(?:, \d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms",
+        ms=int,
+    ),
+    # --- collectives --------------------------------------------------------------------------
+    # M9 (TORCH_DISTRIBUTED_DEBUG=DETAIL)
+    _p(
+        "collective_fingerprint_mismatch",
+        "Detected mismatch between collectives",
+        r"Detected mismatch between collectives on ranks\. Rank (?P<r1>\d+) is running collective: "
+        r"(?P<fp1>CollectiveFingerPrint\(.*?\)), but Rank (?P<r2>\d+) is running collective: "
+        r"(?P<fp2>CollectiveFingerPrint\(.*?\))\.(?:Collectives differ in the following aspects: "
+        r"(?P<aspects>.*))?",
+        r1=int,
+        r2=int,
+    ),
+    # M1
+    _p(
+        "watchdog_timeout",
+        "Watchdog caught collective operation timeout",
+        r"(?:\[Rank (?P<pgrank>\d+)\] )?Watchdog caught collective operation timeout: "
+        r"WorkNCCL\((?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:, TensorShape=\[[^\]]*\])?"
+        r"(?:, NumelIn=(?P<nin>\d+), NumelOut=(?P<nout>\d+))?, Timeout\(ms\)=(?P<timeout_ms>\d+)\) "
+        r"ran for (?P<ran_ms>\d+) milliseconds",
+        pgrank=int,
+        seq=int,
+        nin=int,
+        nout=int,
+        timeout_ms=int,
+        ran_ms=int,
+    ),
+    # M2
+    _p(
+        "watchdog_summary",
+        "detected by watchdog at work",
+        r"(?:failure|Exception \(either an error or timeout\)) detected by watchdog at work"
+        r"(?: sequence id)?: (?P<seq>\d+).*?last enqueued (?:NCCL )?work: (?P<enqueued>-?\d+), "
+        r"last completed (?:NCCL )?work: (?P<completed>-?\d+)",
+        seq=int,
+        enqueued=int,
+        completed=int,
+    ),
+    # M8 desync report lines
+    _p(
+        "desync_not_joined",
+        "but didn't join collective",
+        r"\[(?P<ranks>[\d, ]+)\] finished collective #(?P<done>\d+), but didn't join collective "
+        r"#(?P<seq>\d+)",
+        done=int,
+        seq=int,
+    ),
+    _p(
+        "desync_never_joined",
+        "They never joined any collectives",
+        r"ranks \[(?P<ranks>[\d, ]*)\] are the lagging ranks that caused this timeout",
+    ),
+    # Gloo: the peer is alive but absent.
+    _p(
+        "gloo_timeout",
+        "for recv operation to complete",
+        r"Timed out waiting (?P<ms>\d+)ms for (?P<op>recv|send) operation to complete",
+        ms=int,
+    ),
+    # A peer went away: a consequence, reported as a symptom.
+    _p(
+        "peer_closed",
+        (
+            "Connection closed by peer",
+            "Connection closed by remote peer",
+            "Failed to recv, got 0 bytes",
+            "Connection reset by peer",
+            "remote process exited or there was a network error",
+        ),
+        r"(?:Connection closed by (?:remote )?peer\s*\[?(?P<peer>[^\]\s]*)\]?(?::(?P<port>\d+))?"
+        r"|Failed to recv, got 0 bytes|Connection reset by peer"
+        r"|remote process exited or there was a network error)",
+    ),
+    # --- crashes ------------------------------------------------------------------------------
+    _p("traceback", "Traceback (most recent call last)", r"^Traceback \(most recent call last\):"),
+    # torchelastic: "failed (exitcode: 1) local_rank: 0 (pid: 23273) of binary: /usr/bin/python3"
+    _p(
+        "worker_failed",
+        "local_rank:",
+        r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) "
+        r"\(pid: (?P<pid>\d+)\) of binary",
+        exitcode=int,
+        local_rank=int,
+        pid=int,
+    ),
+    _p(
+        "closing_signal",
+        ("closing signal", "via signal"),
+        r"(?:Sending process (?P<pid>\d+) closing signal|Closing process (?P<pid2>\d+) via signal) "
+        r"(?P<signal>SIG\w+)",
+        pid=int,
+        pid2=int,
+    ),
+    _p(
+        "agent_signal",
+        "death signal",
+        r"Received (?P<signum>\d+) death signal, shutting down workers",
+        signum=int,
+    ),
+    # torch.multiprocessing.spawn
+    _p(
+        "spawn_failed",
+        "terminated with",
+        r"(?:-- Process (?P<index>\d+) terminated with the following error:"
+        r"|process (?P<index2>\d+) terminated with (?:exit code (?P<exitcode>-?\d+)"
+        r"|signal (?P<signal>SIG\w+)))",
+        exitcode=int,
+    ),
+    _p(
+        "oom",
+        ("out of memory", "OutOfMemoryError", "Out of memory: Killed process", "oom-kill"),
+        r"(?:(?P<cuda>CUDA out of memory)(?:\. Tried to allocate (?P<tried>[\d.]+ [KMGT]i?B))?"
+        r"|(?P<host>Out of memory: Killed process (?P<pid>\d+))|OutOfMemoryError|out of memory)",
+    ),
+    # --- DDP ----------------------------------------------------------------------------------
+    _p(
+        "unused_parameters",
+        ("Expected to have finished reduction", "did not receive grad for rank"),
+        r"(?:Expected to have finished reduction in the prior iteration"
+        r"|Parameters? which did not receive grad for rank (?P<rank>\d+): (?P<params>.+))",
+        rank=int,
+    ),
+    # --- NCCL ---------------------------------------------------------------------------------
+    _p(
+        "nccl_error",
+        "NCCL error",
+        r"NCCL error(?: in: (?P<file>\S+):(?P<line>\d+),|:) (?P<estr>.+?), "
+        r"NCCL version (?P<version>[\w.]+)",
+    ),
+)
+
+#: Literal needles of every pattern, for the vectorised pre-filter.
+NEEDLES: tuple[str, ...] = tuple(sorted({n for p in PATTERNS for n in p.needles}))
+
+# A Python exception line ending a traceback: "torch.OutOfMemoryError: CUDA out of memory..."
+EXCEPTION_LINE = re.compile(
+    r"^\s*(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure))"
+    r"(?::\s?(?P<msg>.*))?$"
+)
+EXCEPTION_NEEDLES: tuple[str, ...] = ("Error", "Exception", "Interrupt", "Exit", "Failure")
+
+# torchelastic ChildFailedError summary (M20): key lines of each failure entry.
+ELASTIC_ROOT = re.compile(r"^\s*Root Cause \(first observed failure\):")
+ELASTIC_FAILURES = re.compile(r"^\s*Failures:")
+ELASTIC_ENTRY = re.compile(r"^\s*\[(?P<idx>\d+)\]:\s*$")
+ELASTIC_FIELD = re.compile(
+    r"^\s*(?P<key>time|host|rank|exitcode|error_file|traceback)\s*: (?P<value>.*)$"
+)
+#: Regex alternatives added to the pre-filter (an entry header such as "[0]:").
+EXTRA_FILTERS: tuple[str, ...] = (r"\[\d+\]:\s*$",)
+ELASTIC_NEEDLES: tuple[str, ...] = (
+    "Root Cause (first observed failure)",
+    "Failures:",
+    "time      :",
+    "host      :",
+    "rank      :",
+    "exitcode  :",
+    "error_file:",
+    "traceback :",
+    "FAILED",
+)

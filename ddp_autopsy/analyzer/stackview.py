@@ -1,0 +1,104 @@
+"""Where each rank is: main-thread stacks, whether they wait in a collective, and the frame that
+names the place (``evaluate``, ``__getitem__``, ``save_checkpoint``...)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+#: torch.distributed calls that block until the other ranks arrive.
+COLLECTIVES = frozenset({
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "_all_gather_base",
+    "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base", "broadcast",
+    "broadcast_object_list", "reduce", "barrier", "monitored_barrier", "gather", "gather_object",
+    "scatter", "scatter_object_list", "all_to_all", "all_to_all_single", "send", "recv", "wait",
+    "batch_isend_irecv", "_store_based_barrier", "new_group", "init_process_group",
+})
+LIBRARY_FILE = re.compile(
+    r"(?:^|/)(?:torch|torchvision|numpy|lightning|pytorch_lightning|deepspeed|accelerate|"
+    r"transformers|threading|multiprocessing|concurrent|queue|selectors|socket|asyncio|"
+    r"importlib|runpy|contextlib|functools|site-packages/[^/]+)/|^<frozen|python3\.\d+/[^/]+\.py$"
+)
+DATA_LOADING = re.compile(r"torch/utils/data/")
+PLACES = (
+    ("data loading", re.compile(r"__getitem__|__iter__|__next__|collate|load_batch|dataloader",
+                                re.I)),
+    ("checkpoint save", re.compile(r"save|checkpoint|ckpt|torch\.save", re.I)),
+    ("evaluation", re.compile(r"eval|valid|test|predict|infer|metric", re.I)),
+    ("logging / I/O", re.compile(r"log|write|flush|upload|download|read|open", re.I)),
+)
+
+
+@dataclass
+class Frame:
+    func: str
+    file: str
+    line: int | None
+
+    def __str__(self) -> str:
+        return f"{self.func} ({self.file}:{self.line})"
+
+
+@dataclass
+class RankStack:
+    rank: int | None
+    pid: int | None
+    host: str | None
+    source: str
+    idle: bool
+    frames: list[Frame]  # innermost first
+
+    @property
+    def collective(self) -> Frame | None:
+        """The torch.distributed call this thread waits in, if any."""
+        for f in self.frames:
+            if f.func in COLLECTIVES and "torch/distributed" in (f.file or ""):
+                return f
+        return None
+
+    @property
+    def user_frame(self) -> Frame | None:
+        """The innermost frame of the user's own code (not torch, not the standard library)."""
+        for f in self.frames:
+            if not LIBRARY_FILE.search(f.file or ""):
+                return f
+        return self.frames[0] if self.frames else None
+
+    @property
+    def place(self) -> str | None:
+        if any(DATA_LOADING.search(f.file or "") for f in self.frames):
+            return "data loading"
+        names = " ".join(f.func for f in self.frames[:6] if not LIBRARY_FILE.search(f.file or ""))
+        for label, rx in PLACES:
+            if rx.search(names):
+                return label
+        return None
+
+    @property
+    def signature(self) -> tuple[str, ...]:
+        return tuple(f"{f.func}@{f.file}:{f.line}" for f in self.frames)
+
+
+def main_threads(stacks: pl.DataFrame) -> list[RankStack]:
+    """The main thread of every dumped process (worker processes only when ranks are known)."""
+    if stacks.height == 0:
+        return []
+    out: list[RankStack] = []
+    for (source, pid), grp in stacks.group_by(["source", "pid"], maintain_order=True):
+        main = grp.filter(pl.col("thread_id") == pid)
+        if main.height == 0:
+            main = grp.filter(pl.col("thread_name") == "MainThread")
+        if main.height == 0:
+            first_tid = grp["thread_id"][0]
+            main = grp.filter(pl.col("thread_id") == first_tid)
+        main = main.sort("depth")
+        row = main.row(0, named=True)
+        out.append(RankStack(
+            rank=row["rank"], pid=pid, host=row["host"], source=str(source),
+            idle=bool(row["idle"]),
+            frames=[Frame(r["func"], r["file"] or "", r["line"])
+                    for r in main.iter_rows(named=True)],
+        ))
+    return out

@@ -1,0 +1,145 @@
+"""Host facts for ``host/host.json``: names, interfaces, /dev/shm, limits, kernel messages.
+
+Pure readers here; the commands (``ip -j addr``, ``nvidia-smi -q``, ``dmesg``) are run by the
+collector as timed actions and their output handed to the parsers below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import socket
+import struct
+from pathlib import Path
+from typing import Any
+
+from ddp_autopsy.collectors.bundle import run_bounded
+
+IFF_UP, IFF_LOOPBACK = 0x1, 0x8
+SYS_NET = Path("/sys/class/net")
+# Kernel messages worth surfacing: the OOM killer, NVIDIA Xid errors, other NVRM/segfault lines.
+_KERNEL_PATTERNS = {
+    "oom": re.compile(r"Out of memory|oom-kill|invoked oom-killer|oom_reaper|Memory cgroup out of"),
+    "xid": re.compile(r"NVRM: Xid"),
+    "nvrm": re.compile(r"NVRM:(?! Xid)"),
+    "segfault": re.compile(r"segfault at|general protection fault|traps:"),
+}
+MAX_KERNEL_LINES = 200
+
+
+def names(timeout: float) -> dict[str, Any]:
+    """``hostname`` and ``fqdn`` (the FQDN lookup may wait on DNS: bounded)."""
+    hostname = socket.gethostname()
+    fqdn = run_bounded(socket.getfqdn, timeout, "getfqdn")
+    return {"hostname": hostname, "fqdn": fqdn.value if fqdn.done else None}
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def interfaces(ip_json: bytes | None) -> list[dict[str, Any]]:
+    """Interfaces from ``/sys/class/net``; addresses from ``ip -j addr`` output when given, else
+    from ``SIOCGIFADDR`` (IPv4) and ``/proc/net/if_inet6`` (IPv6)."""
+    from_ip = _addresses_from_ip_json(ip_json) if ip_json else None
+    addresses = from_ip if from_ip is not None else _addresses_fallback()
+    out = []
+    try:
+        names_ = sorted(os.listdir(SYS_NET))
+    except OSError:
+        names_ = sorted(addresses)
+    for name in names_:
+        flags = int(_read(SYS_NET / name / "flags") or "0", 16)
+        mtu = _read(SYS_NET / name / "mtu")
+        out.append({"name": name, "addresses": addresses.get(name, []),
+                    "up": bool(flags & IFF_UP), "loopback": bool(flags & IFF_LOOPBACK),
+                    "operstate": _read(SYS_NET / name / "operstate"),
+                    "mtu": int(mtu) if mtu and mtu.isdigit() else None})
+    return out
+
+
+def _addresses_from_ip_json(data: bytes) -> dict[str, list[str]] | None:
+    try:
+        entries = json.loads(data)
+    except ValueError:
+        return None
+    out: dict[str, list[str]] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        name = entry.get("ifname")
+        if name:
+            out[name] = [f"{a['local']}/{a.get('prefixlen')}" for a in entry.get("addr_info", [])
+                         if "local" in a]
+    return out
+
+
+def _addresses_fallback() -> dict[str, list[str]]:
+    import fcntl
+
+    out: dict[str, list[str]] = {}
+    try:
+        ifnames = os.listdir(SYS_NET)
+    except OSError:
+        ifnames = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for name in ifnames:
+            try:
+                packed = fcntl.ioctl(sock.fileno(), 0x8915,  # SIOCGIFADDR
+                                     struct.pack("256s", name.encode()[:15]))
+                out.setdefault(name, []).append(socket.inet_ntoa(packed[20:24]))
+            except OSError:
+                continue
+    # /proc/net/if_inet6: addr ifindex prefixlen scope flags name
+    for line in (_read(Path("/proc/net/if_inet6")) or "").splitlines():
+        fields = line.split()
+        if len(fields) == 6:
+            raw = fields[0]
+            addr = ":".join(raw[i:i + 4] for i in range(0, 32, 4))
+            out.setdefault(fields[5], []).append(
+                f"{socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, addr))}"
+                f"/{int(fields[2], 16)}")
+    return out
+
+
+def shm(path: str = "/dev/shm") -> dict[str, Any]:
+    """Size and free bytes of ``/dev/shm`` (NCCL and DataLoader workers live on it)."""
+    try:
+        st = os.statvfs(path)
+    except OSError as exc:
+        return {"path": path, "size": None, "free": None, "error": str(exc)}
+    return {"path": path, "size": st.f_blocks * st.f_frsize, "free": st.f_bavail * st.f_frsize,
+            "error": None}
+
+
+def kernel() -> dict[str, Any]:
+    uname = platform.uname()
+    return {"release": uname.release, "version": uname.version, "machine": uname.machine,
+            "ptrace_scope": _read(Path("/proc/sys/kernel/yama/ptrace_scope")),
+            "overcommit_memory": _read(Path("/proc/sys/vm/overcommit_memory")),
+            "cpu_count": os.cpu_count(), "meminfo": _meminfo()}
+
+
+def _meminfo() -> dict[str, int]:
+    out = {}
+    for line in (_read(Path("/proc/meminfo")) or "").splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree", "Shmem"):
+            value = rest.split()
+            if value and value[0].isdigit():
+                out[key] = int(value[0]) * 1024
+    return out
+
+
+def kernel_messages(dmesg_text: str) -> dict[str, list[str]]:
+    """OOM-killer, Xid, NVRM and segfault lines from ``dmesg`` output (last 200 of each)."""
+    found: dict[str, list[str]] = {k: [] for k in _KERNEL_PATTERNS}
+    for line in dmesg_text.splitlines():
+        for kind, pattern in _KERNEL_PATTERNS.items():
+            if pattern.search(line):
+                found[kind].append(line.rstrip())
+                break
+    return {k: v[-MAX_KERNEL_LINES:] for k, v in found.items()}

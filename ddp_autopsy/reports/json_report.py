@@ -1,0 +1,41 @@
+"""The JSON report: the public contract ``ddp-autopsy/analysis/1`` (docs/json.md,
+``ddp_autopsy/schemas/analysis.schema.json``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ddp_autopsy import __version__
+from ddp_autopsy.rules.engine import Analysis
+
+SCHEMA_ID = "ddp-autopsy/analysis/1"
+
+
+def to_dict(analysis: Analysis) -> dict[str, Any]:
+    job = analysis.job
+    verdict = analysis.verdict
+    ranks = [
+        {
+            "rank": row["rank"],
+            "hosts": row["hosts"],
+            "local_rank": row["local_rank"],
+            "pids": row["pids"],
+            "has_stack": row["has_stack"],
+        }
+        for row in job.ranks.iter_rows(named=True)
+    ]
+    return {
+        "schema": SCHEMA_ID,
+        "tool": {"name": "ddp-autopsy", "version": __version__},
+        "verdict": verdict.to_dict() if verdict else None,
+        "findings": [f.to_dict() for f in analysis.findings],
+        "inputs": [rec.to_dict() for rec in job.inputs],
+        "notes": [n.to_dict() for n in job.notes],
+        "ranks": {"world_size": job.world_size, "known": ranks},
+        "rules": [o.to_dict() for o in analysis.outcomes],
+    }
+
+
+def render(analysis: Analysis) -> str:
+    return json.dumps(to_dict(analysis), indent=2, default=str)

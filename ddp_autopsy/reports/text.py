@@ -1,0 +1,97 @@
+"""The terminal report: the verdict first, then the other findings, then what was not examined.
+
+Log text is printed as plain text (never as rich markup) and evidence lines are not wrapped.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from rich.console import Console
+from rich.text import Text
+
+from ddp_autopsy.rules.base import Finding, format_ranks
+from ddp_autopsy.rules.engine import Analysis
+
+ROLE_LABEL = {"root_cause": "root cause", "symptom": "symptom", "info": "info"}
+
+
+def _who(f: Finding) -> str:
+    parts = []
+    if f.ranks:
+        parts.append(f"rank{'s' if len(f.ranks) > 1 else ''} {format_ranks(f.ranks)}")
+    if f.hosts:
+        parts.append(f"host{'s' if len(f.hosts) > 1 else ''} {', '.join(f.hosts[:6])}")
+    return " · ".join(parts)
+
+
+def _evidence(console: Console, f: Finding, indent: str, limit: int = 3) -> None:
+    for ev in f.evidence[:limit]:
+        line = Text(indent)
+        line.append(ev.location, style="cyan")
+        line.append("  ")
+        line.append(ev.text.strip())
+        console.print(line, soft_wrap=True)
+
+
+def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = None) -> None:
+    console = Console(file=out, highlight=False, no_color=color is False,
+                      force_terminal=color if color else None)
+    job = analysis.job
+    logs = [i for i in job.inputs if i.kind == "log"]
+    n_lines = sum(i.lines for i in logs)
+    stacked = job.stacks.select("source").n_unique() if job.stacks.height else 0
+    head = (f"ddp-autopsy: {len(logs)} log file(s), {n_lines:,} lines, {job.events.height:,} "
+            f"events, {stacked} stack dump(s)")
+    if job.world_size:
+        head += f", world size {job.world_size}"
+    console.print(Text(head + f"  ({job.elapsed_s:.2f} s)", style="dim"), soft_wrap=True)
+    console.print()
+
+    verdict = analysis.verdict
+    if verdict is None:
+        console.print(Text("No root cause found.", style="bold"), soft_wrap=True)
+        if not analysis.findings:
+            console.print("Nothing in the inputs looks like a failure.", soft_wrap=True)
+    else:
+        line = Text("VERDICT  ", style="bold red")
+        line.append(verdict.summary, style="bold")
+        console.print(line, soft_wrap=True)
+        meta = Text(f"         {verdict.cause} ({verdict.rule} {verdict.slug})", style="dim")
+        who = _who(verdict)
+        if who:
+            meta.append(f" · {who}")
+        console.print(meta, soft_wrap=True)
+        _evidence(console, verdict, "         ")
+        console.print(Text("         remedy: ", style="green").append(verdict.remedy),
+                      soft_wrap=True)
+
+    others = [f for f in analysis.findings if f is not verdict]
+    if others:
+        console.print()
+        console.print(Text("Other findings", style="bold"))
+        for f in others:
+            label = ROLE_LABEL[f.role]
+            if f.role == "symptom" and f.explained_by:
+                label = f"symptom of {f.explained_by}"
+            line = Text(f"  {f.id} ")
+            line.append(f"[{label}] ", style="yellow" if f.role == "symptom" else "magenta")
+            line.append(f.summary)
+            line.append(f"  ({f.rule} {f.slug})", style="dim")
+            console.print(line, soft_wrap=True)
+            _evidence(console, f, "       ", limit=1)
+
+    skipped = [o for o in analysis.outcomes if o.status in ("not_evaluated", "errored")]
+    if job.notes or skipped:
+        console.print()
+        console.print(Text("Not examined", style="bold"))
+        for note in job.notes:
+            console.print(Text(f"  {note.path}: {note.message}"), soft_wrap=True)
+        for o in skipped:
+            if o.status == "not_evaluated":
+                missing = ", ".join(o.missing)
+                msg = f"  {o.rule} {o.slug}: not evaluated (no {missing} in the inputs)"
+            else:
+                last = (o.error or "").strip().splitlines()[-1:] or ["?"]
+                msg = f"  {o.rule} {o.slug}: rule failed ({last[0]}); the other rules ran"
+            console.print(Text(msg, style="dim"), soft_wrap=True)

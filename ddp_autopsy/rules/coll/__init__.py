@@ -1,0 +1,1 @@
+"""Training: collectives and where ranks are."""

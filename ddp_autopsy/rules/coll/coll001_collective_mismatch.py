@@ -1,0 +1,133 @@
+"""Ranks called different collectives at the same point.
+
+## What it detects
+Ranks disagree on the collective they are in: TORCH_DISTRIBUTED_DEBUG=DETAIL's "Detected
+mismatch between collectives on ranks" (op type, tensor shape, dtype or sequence number
+differ), or watchdog timeouts where ranks report different operations for the same sequence
+number (e.g. rank 0 in REDUCE #3742816 while the others are in _ALLGATHER_BASE #3742816).
+
+## Why it hangs or kills the job
+Collectives are matched by order: when one rank calls broadcast where the others call
+all_reduce, or a barrier that only some ranks reach, each side waits for a partner that is in a
+different call, until the timeout (or they exchange wrongly sized data).
+
+## Evidence
+The fingerprints each rank reported; the rank whose fingerprint differs from the majority is
+named as the culprit (with two ranks, both are named).
+
+## Remedy
+Make every rank issue the same collectives in the same order with the same shapes and dtypes:
+look for collectives inside `if rank == 0:` branches, data-dependent control flow (early
+`break`, skipped batches, a best-loss check computed with `dist.reduce` so only rank 0 knows the
+result — use `all_reduce`), and differently sized tensors per rank.
+
+## Example
+```
+[rank1]: RuntimeError: Detected mismatch between collectives on ranks. Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=4, OpType=BROADCAST, TensorShape=[4], TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu, layout=Strided (default), requires_grad=false (default), pinned_memory=false (default), memory_format=(nullopt))), but Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=4, OpType=ALLREDUCE, TensorShape=[4], TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu, layout=Strided (default), requires_grad=false (default), pinned_memory=false (default), memory_format=(nullopt))).Collectives differ in the following aspects: 	 Op type: BROADCASTvs ALLREDUCE
+```
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+
+SEQ = re.compile(r"SequenceNumber=(\d+)")
+
+
+def _normalise(fp: str) -> str:
+    """A fingerprint without its sequence number (compared per sequence number anyway)."""
+    return SEQ.sub("", fp)
+
+
+def _short(fp: str) -> str:
+    op = re.search(r"OpType=(\w+)", fp)
+    shape = re.search(r"TensorShape=\[([^\]]*)\]", fp)
+    dtype = re.search(r"TensorDtypes=(\w+)", fp)
+    parts = [op.group(1) if op else "?"]
+    if shape:
+        parts.append(f"shape [{shape.group(1)}]")
+    if dtype:
+        parts.append(dtype.group(1))
+    return " ".join(parts)
+
+
+class CollectiveMismatch(Rule):
+    code = "COLL001"
+    slug = "collective-mismatch"
+    cause = "collective_mismatch"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        yield from self._fingerprints(job)
+        yield from self._watchdog_ops(job)
+
+    def _fingerprints(self, job: Job) -> Iterator[Finding]:
+        rows = job.rows("collective_fingerprint_mismatch")
+        if not rows:
+            return
+        fp_of: dict[int, str] = {}
+        for r in rows:
+            d = r["data"]
+            fp_of.setdefault(d["r1"], d["fp1"])
+            fp_of.setdefault(d["r2"], d["fp2"])
+        culprits, majority = _minority({k: _normalise(v) for k, v in fp_of.items()})
+        odd = {_short(fp_of[r]) for r in culprits}
+        usual = _short(next(fp for r, fp in fp_of.items() if r not in culprits)) \
+            if len(culprits) < len(fp_of) else None
+        summary = f"{rank_phrase(culprits).capitalize()} called {', '.join(sorted(odd))}"
+        summary += f" where the other ranks called {usual}." if usual else "; the ranks disagree."
+        seqs = sorted({int(m) for fp in fp_of.values() for m in SEQ.findall(fp)})
+        yield self.finding(
+            summary,
+            evidence=[evidence_of(r) for r in _prefer(rows, culprits)[:2]],
+            ranks=culprits,
+            confidence=0.95 if majority else 0.85,
+            ts=first_ts(rows),
+            details={"fingerprints": {str(k): v for k, v in sorted(fp_of.items())},
+                     "sequence_numbers": seqs},
+        )
+
+    def _watchdog_ops(self, job: Job) -> Iterator[Finding]:
+        by_seq: dict[int, dict[int, str]] = defaultdict(dict)
+        rows_by_seq: dict[int, list] = defaultdict(list)
+        for r in job.rows("watchdog_timeout"):
+            d = r["data"]
+            rank = r["rank"] if r["rank"] is not None else d.get("pgrank")
+            if rank is None or "seq" not in d:
+                continue
+            by_seq[d["seq"]][rank] = d["op"]
+            rows_by_seq[d["seq"]].append(r)
+        for seq, ops in sorted(by_seq.items()):
+            if len(set(ops.values())) < 2:
+                continue
+            culprits, majority = _minority(ops)
+            odd = sorted({ops[r] for r in culprits})
+            others = sorted({op for r, op in ops.items() if r not in culprits})
+            rows = rows_by_seq[seq]
+            yield self.finding(
+                f"At collective #{seq}, {rank_phrase(culprits)} ran {', '.join(odd)} while "
+                f"the other ranks ran {', '.join(others)}.",
+                evidence=[evidence_of(r) for r in _prefer(rows, culprits)[:3]],
+                ranks=culprits,
+                confidence=0.85 if majority else 0.7,
+                ts=first_ts(rows),
+                details={"sequence_number": seq, "ops": {str(k): v for k, v in ops.items()}},
+            )
+
+
+def _minority(value_of: dict[int, str]) -> tuple[set[int], bool]:
+    """Ranks whose value differs from the most common one; (all ranks, False) on a tie."""
+    counts = Counter(value_of.values())
+    (top, n), *rest = counts.most_common()
+    if rest and rest[0][1] == n:
+        return set(value_of), False
+    return {r for r, v in value_of.items() if v != top}, True
+
+
+def _prefer(rows: list, ranks: set[int]) -> list:
+    return sorted(rows, key=lambda r: r["rank"] not in ranks)

@@ -1,0 +1,1 @@
+"""Ranks that died: exceptions, signals, exit codes, out-of-memory."""

@@ -1,0 +1,142 @@
+"""A rank died first, and took the job down with it.
+
+## What it detects
+The first rank to fail: torchelastic's "Root Cause (first observed failure)" entry (exit code or
+signal), a rank's own Python exception (not one that only reports a dead peer), a
+`torch.multiprocessing.spawn` child that raised or was killed. Exceptions that merely report
+another rank's death ("Connection closed by peer", "Failed to recv, got 0 bytes",
+ncclRemoteError, watchdog timeouts, agents' SIGTERMs) are not counted as first failures.
+
+## Why it hangs or kills the job
+When one rank dies, the others block in their next collective until the peer connection drops
+or the timeout fires, and then fail too; the launcher tears the rest down. Only the first
+failure says why.
+
+## Evidence
+The exception line with its traceback's last frame, the failure summary entry with exit code
+and signal; a SIGKILL (-9) with no traceback suggests the host's out-of-memory killer.
+
+## Remedy
+Fix the first failure: its exception and frame are quoted. For SIGKILL without a traceback,
+check the node's kernel log for the OOM killer (`dmesg | grep -i oom`) and lower host memory use
+(DataLoader workers, pinned memory, dataset caching); for SIGSEGV/SIGBUS, check native
+extensions and /dev/shm.
+
+## Example
+```
+[rank2]: Traceback (most recent call last):
+[rank2]:   File "/work/train.py", line 25, in train_step
+[rank2]:     raise ValueError("bad batch 17")
+[rank2]: ValueError: bad batch 17
+[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:45067
+```
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+
+#: Exceptions that report somebody else's failure (or the launcher's reaction to it).
+CONSEQUENCE = re.compile(
+    r"Connection closed by (?:remote )?peer|Connection reset by peer|Failed to recv|got 0 bytes"
+    r"|Broken pipe|ncclRemoteError|remote process exited|Timed out waiting \d+ms"
+    r"|Watchdog caught|ChildFailedError|ProcessExitedException|ProcessRaisedException"
+    r"|SignalException|KeyboardInterrupt|SystemExit|Socket Timeout|DistStoreError"
+    r"|wait timeout after|detected by watchdog|Terminating the process|NCCL communicator was aborted"
+    r"|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
+    r"|Detected mismatch between collectives|failed to pass monitoredBarrier|Address already in use"
+    r"|cannot be retrieved|while trying to connect to|failed to connect to any network address",
+    re.I,
+)
+
+
+def signal_name(code: int | None) -> str | None:
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _describe(exc: dict[str, Any]) -> str:
+    d = exc["data"]
+    text = f"{d.get('type')}: {d.get('msg', '')}".rstrip(": ")
+    if len(text) > 160:
+        text = text[:159] + "…"
+    frame = d.get("frame")
+    if frame:
+        text += f" (in {frame['func']}, {frame['file'].rsplit('/', 1)[-1]}:{frame['line']})"
+    return text
+
+
+class RankCrashed(Rule):
+    code = "CRASH001"
+    slug = "rank-crashed"
+    cause = "rank_crashed"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        exceptions = [r for r in job.rows("exception")
+                      if not CONSEQUENCE.search(r["text"])
+                      and not job.superseded(r["source"], r["line"])]
+        failures = job.rows("elastic_failure")
+        spawns = job.rows("spawn_failed")
+        # Exceptions attributed to a rank, earliest first where clocks say so.
+        ranked = [r for r in exceptions if r["rank"] is not None]
+        primary = ranked or ([] if failures or spawns else exceptions)
+        roots = [f for f in failures if f["data"].get("root")]
+        if primary:
+            primary.sort(key=lambda r: (r["ts"] is None, r["ts"] or 0, r["line"]))
+            first = primary[0]
+            same = [r for r in primary if r["data"].get("type") == first["data"].get("type")
+                    and r["data"].get("msg") == first["data"].get("msg")]
+            ranks = {r["rank"] for r in same if r["rank"] is not None}
+            entry = next((f for f in failures if f["data"].get("rank") in ranks), None)
+            code = entry["data"].get("exitcode") if entry else None
+            who = rank_phrase(ranks) if ranks else "A rank"
+            summary = f"{who[0].upper()}{who[1:]} crashed first: {_describe(first)}"
+            if code is not None:
+                summary += f"; exit code {code}"
+            evidence = [evidence_of(first)] + ([evidence_of(entry)] if entry else [])
+            yield self.finding(
+                summary + ".", evidence=evidence, ranks=ranks,
+                hosts=[r["host"] for r in same], confidence=0.85 if ranks else 0.6,
+                ts=first_ts(same) or (entry["ts"] if entry else None),
+                details={"exception": first["data"].get("type"), "message": first["data"].get("msg"),
+                         "frame": first["data"].get("frame"), "exitcode": code},
+            )
+            return
+        if roots:
+            roots.sort(key=lambda r: (r["ts"] is None, r["ts"] or 0))
+            root = roots[0]
+            d = root["data"]
+            sig = signal_name(d.get("exitcode"))
+            summary = f"Rank {d.get('rank')} failed first (exit code {d.get('exitcode')}"
+            summary += f", {sig})" if sig else ")"
+            if sig == "SIGKILL":
+                summary += ": killed with no traceback, which suggests the host's OOM killer"
+            elif d.get("traceback") and not d["traceback"].startswith("To enable traceback"):
+                summary += f": {d['traceback'][:160]}"
+            yield self.finding(
+                summary + ".", evidence=[evidence_of(root)], ranks=[d.get("rank")],
+                hosts=[d.get("host")], confidence=0.75 if sig not in ("SIGTERM", "SIGABRT") else 0.5,
+                ts=root["ts"], details={"exitcode": d.get("exitcode"), "signal": sig},
+            )
+            return
+        killed = [s for s in spawns if s["data"].get("signal") or s["data"].get("exitcode")]
+        if killed:
+            s = killed[0]
+            idx = s["data"].get("index") or s["data"].get("index2")
+            what = s["data"].get("signal") or f"exit code {s['data'].get('exitcode')}"
+            yield self.finding(
+                f"mp.spawn process {idx} died first ({what}).",
+                evidence=[evidence_of(s)], ranks=[int(idx)] if idx is not None else [],
+                confidence=0.6, ts=s["ts"], details={"spawn_index": idx},
+            )

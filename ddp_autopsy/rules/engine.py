@@ -1,0 +1,150 @@
+"""Run the catalog over a Job and rank the findings: root cause first, symptoms linked to it.
+
+A hang or crash produces errors on every rank; most are consequences. Each rule marks its own
+findings as root cause or symptom; the engine then settles between root causes: a generic one
+(a rank crashed, ranks missing, master unreachable) that a more specific one explains is demoted
+to a symptom of it, and every symptom is linked to the root cause it follows from.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Outcome, Rule
+
+AREAS = ("rdzv", "coll", "crash", "sym", "aut")
+
+
+@cache
+def registry() -> tuple[type[Rule], ...]:
+    """Every rule class, found as ``ddp_autopsy.rules.<area>.<code>_<slug>`` modules."""
+    import ddp_autopsy.rules as pkg
+
+    found: list[type[Rule]] = []
+    for area in AREAS:
+        try:
+            sub = importlib.import_module(f"{pkg.__name__}.{area}")
+        except ModuleNotFoundError:
+            continue
+        for info in pkgutil.iter_modules(sub.__path__):
+            module = importlib.import_module(f"{sub.__name__}.{info.name}")
+            for _, obj in inspect.getmembers(module, inspect.isclass):
+                if issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__:
+                    found.append(obj)
+    return tuple(sorted(found, key=lambda r: r.code))
+
+
+def get_rule(code: str) -> type[Rule] | None:
+    code = code.upper()
+    for rule in registry():
+        if rule.code == code or rule.slug == code.lower():
+            return rule
+    return None
+
+
+@dataclass
+class Analysis:
+    job: Job
+    findings: list[Finding] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> Finding | None:
+        return next((f for f in self.findings if f.role == "root_cause"), None)
+
+
+def run(job: Job, rules: tuple[type[Rule], ...] | None = None) -> Analysis:
+    analysis = Analysis(job)
+    for rule_cls in rules or registry():
+        missing = [name for name in rule_cls.inputs if not job.has(name)]
+        if missing:
+            analysis.outcomes.append(Outcome(rule_cls.code, rule_cls.slug, "not_evaluated",
+                                             missing=missing))
+            continue
+        try:
+            found = list(rule_cls().check(job))
+            if not all(isinstance(f, Finding) for f in found):
+                raise TypeError(f"{rule_cls.code}.check must yield Finding objects")
+        except Exception:  # one rule's bug must not hide the others' findings
+            analysis.outcomes.append(Outcome(rule_cls.code, rule_cls.slug, "errored",
+                                             error=traceback.format_exc()))
+            continue
+        analysis.outcomes.append(Outcome(rule_cls.code, rule_cls.slug,
+                                         "finding" if found else "ruled_out", findings=found))
+        analysis.findings.extend(found)
+    analysis.findings = rank_findings(analysis.findings)
+    return analysis
+
+
+# Causes that say little by themselves: another root cause usually explains them.
+GENERIC = {"rank_crashed": 3, "missing_ranks": 2, "master_unreachable": 1}
+# What can explain what (beyond "any specific cause explains a crash of an overlapping rank").
+EXPLAINS = {
+    "port_in_use": {"master_unreachable", "missing_ranks", "rank_crashed"},
+    "unresolved_host": {"master_unreachable", "missing_ranks", "rank_crashed"},
+    "master_unreachable": {"missing_ranks", "rank_crashed"},
+    "no_socket_interface": {"master_unreachable", "missing_ranks", "rank_crashed",
+                            "nccl_connection_failure"},
+    "loopback_address": {"nccl_connection_failure", "missing_ranks", "rank_crashed"},
+    "config_mismatch": {"missing_ranks", "rank_crashed", "collective_mismatch"},
+    "version_mismatch": {"nccl_connection_failure", "rank_crashed", "collective_mismatch"},
+}
+_TS_MAX = datetime.max
+
+
+def _explains(a: Finding, b: Finding) -> bool:
+    if a is b or a.cause is None or b.cause is None or a.cause == b.cause:
+        return False
+    if b.cause in EXPLAINS.get(a.cause, set()):
+        return True
+    ra, rb = set(a.ranks), set(b.ranks)
+    if b.cause == "rank_crashed" and a.cause not in GENERIC:
+        # A specific failure explains the crash of the ranks it names (or of any rank when it is
+        # not rank-specific, like a port or a host).
+        return not ra or not rb or bool(ra & rb)
+    if b.cause == "missing_ranks" and a.cause == "rank_crashed":
+        return bool(ra) and (not rb or ra <= rb)
+    if b.cause == "rank_crashed" and a.cause == "missing_ranks":
+        return bool(ra) and not (ra & rb)
+    return b.cause == "rank_stuck_outside_collective" and a.cause == "collective_mismatch"
+
+
+def _order_key(f: Finding) -> tuple[int, int, float, datetime]:
+    role_order = {"root_cause": 0, "symptom": 1, "info": 2}[f.role]
+    return (role_order, GENERIC.get(f.cause or "", 0), -f.confidence, f.ts or _TS_MAX)
+
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    findings = sorted(findings, key=_order_key)
+    roots = [f for f in findings if f.role == "root_cause"]
+    for idx, f in enumerate(findings, 1):
+        f.id = f"F{idx}"
+    for b in roots:
+        for a in roots:
+            if a.role == "root_cause" and _explains(a, b) and not _explains(b, a):
+                b.role, b.explained_by = "symptom", a.id
+                b.severity = "warning" if b.severity in ("critical", "error") else b.severity
+                break
+    top = next((f for f in findings if f.role == "root_cause"), None)
+    for f in findings:
+        if f.role == "symptom" and f.explained_by is None and top is not None:
+            f.explained_by = top.id
+            if f.cause is None:
+                f.cause = top.cause
+    findings = sorted(findings, key=_order_key)
+    # Renumber in final order, keeping the links.
+    mapping = {}
+    for idx, f in enumerate(findings, 1):
+        mapping[f.id] = f"F{idx}"
+    for f in findings:
+        f.id = mapping[f.id]
+        if f.explained_by:
+            f.explained_by = mapping.get(f.explained_by, f.explained_by)
+    return findings

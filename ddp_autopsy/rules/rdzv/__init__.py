@@ -1,0 +1,1 @@
+"""Start-up: rendezvous, TCPStore, master address and port."""

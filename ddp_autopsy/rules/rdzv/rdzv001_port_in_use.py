@@ -1,0 +1,66 @@
+"""The rendezvous port is already taken by another process.
+
+## What it detects
+The process that hosts the TCPStore (torchrun's agent, or rank 0) could not bind MASTER_PORT:
+PyTorch's "failed to bind to ...:PORT (errno: 98 - Address already in use)", the libuv store's
+EADDRINUSE, a plain `RuntimeError: Address already in use`, or NCCL's "Call to bind failed".
+
+## Why it hangs or kills the job
+Without the store no rank can rendezvous: the store host dies at start-up and the other ranks
+wait for a master that never comes up, then time out.
+
+## Evidence
+Log lines with the bind failure and the port; when `collect` ran on the master host, the process
+that holds the port (from /proc/net/tcp and socket inodes).
+
+## Remedy
+Free the port (an earlier run of the same job is often still alive: find it with
+`ss -ltnp 'sport = :PORT'`), or give each job its own port: `torchrun --master-port PORT`, or
+`--rdzv-endpoint host:0` / `--standalone` so torchrun picks a free one.
+
+## Example
+```
+[W socket.cpp:426] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).
+RuntimeError: The server socket has failed to listen on any local network address. The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts
+
+
+class PortInUse(Rule):
+    code = "RDZV001"
+    slug = "port-in-use"
+    cause = "port_in_use"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        rows = [r for r in job.rows("port_in_use") if not job.superseded(r["source"], r["line"])]
+        if not rows:
+            return
+        ports = sorted({p for r in rows for p in (r["data"].get("port"), r["data"].get("port2"))
+                        if p is not None})
+        holders = [
+            p for b in job.bundles for p in b.probes
+            if p.get("listening_here") and (not ports or p.get("master_port") in ports)
+        ]
+        where = f"port {', '.join(map(str, ports))}" if ports else "the rendezvous port"
+        summary = f"The rendezvous store could not bind {where}: address already in use"
+        if holders and holders[0].get("holder_pid"):
+            h = holders[0]
+            cmd = " ".join(h.get("holder_cmdline") or [])[:120]
+            summary += f"; it is held by pid {h['holder_pid']} ({cmd})"
+        yield self.finding(
+            summary + ".",
+            evidence=[evidence_of(r) for r in rows[:3]],
+            ranks=[r["rank"] for r in rows],
+            hosts=[r["host"] for r in rows],
+            confidence=0.95,
+            ts=first_ts(rows),
+            details={"ports": ports},
+        )

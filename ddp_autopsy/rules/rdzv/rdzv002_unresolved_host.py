@@ -1,0 +1,77 @@
+"""A host name in the rendezvous address does not resolve.
+
+## What it detects
+PyTorch's c10d could not resolve MASTER_ADDR (or this machine's own host name):
+"The IPv6 network addresses of (HOST, PORT) cannot be retrieved (gai error: -2 - Name or service
+not known)", Python's `socket.gaierror`, or NCCL's "error encountered when getting address info".
+
+## Why it hangs or kills the job
+c10d retries the lookup until the rendezvous timeout, so the job hangs at start-up and then dies
+with a connect timeout. Warnings for one address family followed by a working run are harmless:
+then this is reported as information only.
+
+## Evidence
+The resolution warnings (host, port, gai error), and whether a connect failure or a timeout
+followed them.
+
+## Remedy
+Use a name every node resolves, or the master's IP address, in MASTER_ADDR /
+`--master-addr` / `--rdzv-endpoint`; fix DNS or /etc/hosts (a machine whose own host name does
+not resolve needs an /etc/hosts entry for it).
+
+## Example
+```
+[W socket.cpp:601] [c10d] The IPv6 network addresses of (no-such-host.invalid, 29500) cannot be retrieved (gai error: -2 - Name or service not known).
+torch.distributed.DistNetworkError: The client socket has timed out after 10s while trying to connect to (no-such-host.invalid, 29500).
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts
+
+TERMINAL = ("connect_timeout", "connect_failed", "rdzv_connection_error", "store_clients_timeout")
+
+
+class UnresolvedHost(Rule):
+    code = "RDZV002"
+    slug = "unresolved-host"
+    cause = "unresolved_host"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        rows = [r for r in job.rows("unresolved_host")
+                if not job.superseded(r["source"], r["line"])]
+        if not rows:
+            return
+        hosts = sorted({r["data"]["host"] for r in rows if r["data"].get("host")})
+        named = ", ".join(hosts) if hosts else "a rendezvous host"
+        terminal = job.rows(*TERMINAL) + [
+            r for r in job.rows("exception") if any(h in r["text"] for h in hosts)
+        ]
+        last_line = max(r["line"] for r in rows)
+        source = rows[-1]["source"]
+        continued = job.lines_in(source) - last_line
+        evidence = [evidence_of(r) for r in rows[:2]] + [evidence_of(r) for r in terminal[:1]]
+        if terminal:
+            yield self.finding(
+                f"{named} does not resolve (gai error: {rows[0]['data'].get('msg', 'unknown')}); "
+                f"the rendezvous could not connect.",
+                evidence=evidence, ranks=[r["rank"] for r in rows], confidence=0.9,
+                ts=first_ts(rows), details={"hosts": hosts},
+            )
+        elif continued <= 3:
+            yield self.finding(
+                f"{named} does not resolve, and the log ends there (the job hung at rendezvous).",
+                evidence=evidence, ranks=[r["rank"] for r in rows], confidence=0.6,
+                ts=first_ts(rows), details={"hosts": hosts},
+            )
+        else:
+            yield self.finding(
+                f"Resolution warnings for {named}, but the job went on: not a failure by itself.",
+                evidence=evidence, role="info", severity="info", confidence=0.5,
+                ts=first_ts(rows), details={"hosts": hosts},
+            )

@@ -1,0 +1,89 @@
+"""Some ranks never joined the job.
+
+## What it detects
+The store host waited for clients that never came ("Timed out after 601 seconds waiting for
+clients. 2/3 clients joined."), a store wait timed out on keys that other ranks should have set,
+a monitored barrier named the ranks that did not arrive, a desync report said ranks "never
+joined any collectives", or launcher messages show fewer distinct ranks than the world size
+(e.g. two nodes both starting as ranks 0 and 1 of 4).
+
+## Why it hangs or kills the job
+Every collective needs all ranks; with ranks absent, the present ones wait until the timeout.
+
+## Evidence
+The timeout or barrier line with the joined/world counts, and which ranks left any trace in the
+logs (the missing ones are named only when every present rank is accounted for).
+
+## Remedy
+Find why the missing ranks did not start: look at their node's logs (crash at import, wrong
+node count, scheduler placed fewer tasks), check `--nnodes`/`--nproc-per-node` against
+WORLD_SIZE, and `--ntasks-per-node` against the GPUs per node under SLURM.
+
+## Example
+```
+[rank0]: torch.distributed.DistStoreError: Timed out after 11 seconds waiting for clients. 2/3 clients joined.
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.replace(",", " ").split() if x.isdigit()]
+
+
+class MissingRanks(Rule):
+    code = "RDZV004"
+    slug = "missing-ranks"
+    cause = "missing_ranks"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        present = set(job.ranks["rank"].to_list()) if job.ranks.height else set()
+        named: set[int] = set()
+        evidence_rows = []
+        world = job.world_size
+        for r in job.rows("monitored_barrier_failed", "desync_never_joined", "desync_not_joined"):
+            named |= set(_ints(r["data"].get("ranks", "")))
+            evidence_rows.append(r)
+        clients = [r for r in job.rows("store_clients_timeout")
+                   if not job.superseded(r["source"], r["line"])]
+        evidence_rows += clients
+        for r in clients:
+            world = max(world or 0, r["data"]["world"])
+            if len(present) == r["data"]["joined"] and world:
+                named |= set(range(world)) - present
+        # Launcher rank announcements (Lightning's "initializing ddp: GLOBAL_RANK: r, MEMBER: m/w").
+        starts = [r for r in job.rows("run_start") if "world" in r["data"]]
+        if starts:
+            sw = max(r["data"]["world"] for r in starts)
+            seen = {r["data"]["rank"] for r in starts}
+            if len(seen) < sw:
+                named |= set(range(sw)) - seen
+                evidence_rows += starts[:2]
+        waits = job.rows("store_wait_timeout")
+        if not evidence_rows and not (waits and named):
+            if not waits:
+                return
+            evidence_rows = waits
+        if not evidence_rows:
+            return
+        if clients:
+            d = clients[0]["data"]
+            how = f"only {d['joined']}/{d['world']} clients joined the store"
+        else:
+            how = "they never arrived"
+        who = rank_phrase(named) if named else "some ranks"
+        yield self.finding(
+            f"{who[0].upper()}{who[1:]} never joined: {how}.",
+            evidence=[evidence_of(r) for r in evidence_rows[:3]],
+            ranks=named,
+            confidence=0.8 if named else 0.65,
+            ts=first_ts(evidence_rows),
+            details={"world_size": world, "present": sorted(present)},
+        )

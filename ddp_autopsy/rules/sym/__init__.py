@@ -1,0 +1,1 @@
+"""Symptoms: what every rank reports when another rank failed."""
