@@ -246,9 +246,10 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     _p(
         "oom",
-        ("out of memory", "OutOfMemoryError", "Out of memory: Killed process", "oom-kill"),
+        ("out of memory'", "CUDA out of memory", "OutOfMemoryError",
+         "Out of memory: Killed process", "oom-kill"),
         r"(?:(?P<cuda>CUDA out of memory)(?:\. Tried to allocate (?P<tried>[\d.]+ [KMGT]i?B))?"
-        r"|(?P<host>Out of memory: Killed process (?P<pid>\d+))|OutOfMemoryError|out of memory)",
+        r"|(?P<host>Out of memory: Killed process (?P<pid>\d+))|OutOfMemoryError|'out of memory')",
     ),
     # --- DDP ----------------------------------------------------------------------------------
     _p(
