@@ -201,6 +201,7 @@ def _load_member(member: Member, ctx: FileContext, notes: list[InputNote],
     lower = member.relpath.lower()
     if any(lower.endswith(s) for s in SKIP_SUFFIXES):
         inputs.append(InputRecord(member.display, "skipped"))
+        notes.append(InputNote(member.display, "not a log (by its file type), skipped", "info"))
         return
     cue = attribution_from_path(member.relpath)
     if ctx.rank is None and ctx.local_rank is None and cue.cue:

@@ -9,7 +9,6 @@ becomes an :class:`InputNote` and the rest is analyzed.
 from __future__ import annotations
 
 import bz2
-import gzip
 import io
 import lzma
 import os
@@ -17,6 +16,7 @@ import re
 import stat
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -131,7 +131,7 @@ def _tar_tree(path: Path, notes: list[InputNote]) -> Tree | None:
             if not info.isfile():
                 continue
             name = _safe_member_name(info.name)
-            if name != info.name.lstrip("./") and name != info.name:
+            if info.name.startswith("/") or ".." in PurePosixPath(info.name).parts:
                 notes.append(InputNote(f"{path}!{info.name}",
                                        "member with an absolute or '..' path: read in place, "
                                        "never extracted", "info"))
@@ -190,12 +190,61 @@ def is_archive(path: Path) -> bool:
         return False
 
 
+class TolerantGzip(io.RawIOBase):
+    """A gzip reader that hands out everything up to the point where a truncated or corrupt
+    stream stops, and only then raises (``gzip.GzipFile.read`` loses the partial block)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._buf = b""
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        while not self._eof and (size < 0 or len(self._buf) < size):
+            piece = self._raw.read(1 << 20)
+            if not piece:
+                self._eof = True
+                if not self._d.eof and self._buf == b"":
+                    raise EOFError("compressed file ended before the end-of-stream marker")
+                if not self._d.eof:
+                    self._pending_error = True
+                break
+            try:
+                self._buf += self._d.decompress(piece)
+            except zlib.error as err:
+                self._eof = True
+                if not self._buf:
+                    raise OSError(f"corrupt gzip data: {err}") from err
+                self._pending_error = True
+                break
+            while self._d.eof and self._d.unused_data:  # concatenated gzip members
+                rest = self._d.unused_data
+                self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                self._buf += self._d.decompress(rest)
+        if size < 0:
+            out, self._buf = self._buf, b""
+        else:
+            out, self._buf = self._buf[:size], self._buf[size:]
+        if not out and getattr(self, "_pending_error", False):
+            self._pending_error = False
+            raise EOFError("compressed file ended before the end-of-stream marker")
+        return out
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
 def decompressed(member: Member) -> IO[bytes]:
     """Open a member, decompressing by suffix (``.gz``, ``.bz2``, ``.xz``, ``.zst``)."""
     raw = member.opener()
     name = member.relpath.lower()
     if name.endswith(".gz"):
-        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+        return TolerantGzip(raw)  # type: ignore[return-value]
     if name.endswith(".bz2"):
         return bz2.BZ2File(raw)  # type: ignore[return-value]
     if name.endswith(".xz"):

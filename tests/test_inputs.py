@@ -1,0 +1,179 @@
+"""Bad and odd input: every case becomes a clear note, never a traceback; inputs are untouched."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import tarfile
+import zipfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ddp_autopsy.analyzer.events import FileContext, scan_text
+from ddp_autopsy.analyzer.job import load
+from ddp_autopsy.analyzer.lines import parse_line
+from ddp_autopsy.rules.engine import run
+
+PORT_LINE = (
+    "[W1122 05:01:02.220000000 socket.cpp:462] [c10d] The server socket has failed to bind to "
+    "[::]:29500 (errno: 98 - Address already in use).\n"
+)
+
+
+def _notes(job) -> str:
+    return " | ".join(f"{n.path}: {n.message}" for n in job.notes)
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def test_binary_file_is_noted_and_skipped(tmp_path: Path) -> None:
+    (tmp_path / "core.12345").write_bytes(b"\x7fELF\x00\x00\x01" * 1000)
+    (tmp_path / "train.log").write_text(PORT_LINE)
+    job = load([tmp_path])
+    assert "binary file" in _notes(job)
+    assert run(job).verdict.cause == "port_in_use"
+
+
+def test_invalid_utf8_is_replaced_and_still_parsed(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_bytes(b"\xfa\xff garbage \xc3\x28\n" + PORT_LINE.encode())
+    job = load([tmp_path])
+    assert run(job).verdict.cause == "port_in_use"
+
+
+def test_latin1_log_with_invalid_bytes_is_noted(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_bytes(b"caf\xe9 \xe0 la gare\n" + PORT_LINE.encode())
+    job = load([tmp_path])
+    assert "invalid UTF-8" in _notes(job)
+    assert job.events.height == 1
+
+
+def test_huge_single_line_is_read(tmp_path: Path) -> None:
+    big = tmp_path / "big.log"
+    with big.open("w") as fh:
+        fh.write("x" * (100 << 20))
+        fh.write("\n" + PORT_LINE)
+    job = load([big])
+    assert run(job).verdict.cause == "port_in_use"
+    assert job.events["line"].to_list() == [2]
+
+
+def test_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
+    data = gzip.compress((PORT_LINE + "filler line\n" * 20000).encode())
+    (tmp_path / "train.log.gz").write_bytes(data[: len(data) // 2])
+    job = load([tmp_path])
+    assert "truncated or corrupt" in _notes(job)
+    assert run(job).verdict.cause == "port_in_use"
+
+
+def test_empty_file_is_noted(tmp_path: Path) -> None:
+    (tmp_path / "empty.log").write_bytes(b"")
+    job = load([tmp_path])
+    assert "empty file" in _notes(job)
+    assert run(job).verdict is None
+
+
+def test_symlink_loop_and_dangling_link(tmp_path: Path) -> None:
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "dangling.log").symlink_to(tmp_path / "missing.log")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "up").symlink_to(tmp_path, target_is_directory=True)
+    (tmp_path / "train.log").write_text(PORT_LINE)
+    job = load([tmp_path])
+    assert "symlink loop or dangling link" in _notes(job)
+    assert run(job).verdict.cause == "port_in_use"
+
+
+def test_missing_path_is_an_error_note(tmp_path: Path) -> None:
+    job = load([tmp_path / "nope"])
+    assert "does not exist" in _notes(job)
+    assert not job.inputs
+
+
+def test_hostile_tar_is_read_in_place_never_extracted(tmp_path: Path) -> None:
+    archive = tmp_path / "evil.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        for name in ("/etc/evil.log", "../../escape.log", "ok/rank1.log"):
+            payload = PORT_LINE.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tf.addfile(info, io.BytesIO(payload))
+    before = set(os.listdir(tmp_path)) | set(os.listdir(tmp_path.parent))
+    job = load([archive])
+    after = set(os.listdir(tmp_path)) | set(os.listdir(tmp_path.parent))
+    assert before == after
+    assert not Path("/etc/evil.log").exists()
+    paths = set(job.events["source"].to_list())
+    assert f"{archive}!etc/evil.log" in paths and f"{archive}!escape.log" in paths
+    assert "never extracted" in _notes(job)
+    # The member named after a rank is attributed to it.
+    assert 1 in job.events.filter(job.events["source"].str.ends_with("rank1.log"))["rank"]
+
+
+def test_corrupt_archive_is_noted(tmp_path: Path) -> None:
+    (tmp_path / "bad.tar.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    job = load([tmp_path / "bad.tar.gz"])
+    assert "archive" in _notes(job)
+
+
+def test_zip_archive(tmp_path: Path) -> None:
+    with zipfile.ZipFile(tmp_path / "logs.zip", "w") as zf:
+        zf.writestr("node0/train.log", PORT_LINE)
+    assert run(load([tmp_path / "logs.zip"])).verdict.cause == "port_in_use"
+
+
+def test_html_in_log_lines_stays_text(tmp_path: Path) -> None:
+    line = PORT_LINE.rstrip("\n") + ' <script>alert(1)</script>"><img src=x onerror=alert(2)>\n'
+    (tmp_path / "train.log").write_text(line)
+    analysis = run(load([tmp_path]))
+    assert "<script>alert(1)</script>" in analysis.verdict.evidence[0].text
+
+
+def test_inputs_are_not_modified(tmp_path: Path) -> None:
+    (tmp_path / "a.log").write_text(PORT_LINE * 3)
+    with gzip.open(tmp_path / "b.log.gz", "wt") as fh:
+        fh.write(PORT_LINE)
+    before = _digest(tmp_path)
+    run(load([tmp_path]))
+    assert _digest(tmp_path) == before
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400))
+def test_parse_line_never_raises(text: str) -> None:
+    info = parse_line(text, 2026)
+    assert isinstance(info.body, str)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=4000))
+def test_scan_never_raises_on_arbitrary_bytes(data: bytes) -> None:
+    notes: list = []
+    events = scan_text(io.BytesIO(data), FileContext("fuzz.log", 2026), notes)
+    assert isinstance(events, list)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from([
+    PORT_LINE.rstrip("\n"),
+    "[rank1]: Traceback (most recent call last):",
+    '[rank1]:   File "t.py", line 3, in f',
+    "[rank1]: ValueError: bad",
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  rank      : 0 (local_rank: 0)",
+    "  exitcode  : -9 (pid: 12)",
+    "Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+    "CollectiveFingerPrint(SequenceNumber=1OpType=BARRIER), but Rank 1 is running collective: "
+    "CollectiveFingerPrint(SequenceNumber=1OpType=ALLREDUCE).",
+    "\x00\x01", "", "]:",
+]), max_size=30))
+def test_engine_never_raises_on_shuffled_messages(lines: list[str]) -> None:
+    notes: list = []
+    scan_text(io.BytesIO("\n".join(lines).encode()), FileContext("x.log", 2026), notes)
