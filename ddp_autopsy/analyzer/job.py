@@ -101,6 +101,10 @@ class Job:
         return getattr(self, name)
 
     def has(self, name: str) -> bool:
+        """Whether the inputs held this kind of data (logs that matched nothing still count:
+        rules over ``events`` then rule out rather than go unevaluated)."""
+        if name == "events":
+            return any(rec.kind == "log" for rec in self.inputs)
         df = getattr(self, name, None)
         return isinstance(df, pl.DataFrame) and df.height > 0
 

@@ -55,10 +55,12 @@ class PortInUse(Rule):
             h = holders[0]
             cmd = " ".join(h.get("holder_cmdline") or [])[:120]
             summary += f"; it is held by pid {h['holder_pid']} ({cmd})"
+        # Only the store host binds the port: rank 0's process, or node 0's torchrun agent.
+        ranks = {r["rank"] for r in rows if r["rank"] is not None} or {0}
         yield self.finding(
             summary + ".",
             evidence=[evidence_of(r) for r in rows[:3]],
-            ranks=[r["rank"] for r in rows],
+            ranks=ranks,
             hosts=[r["host"] for r in rows],
             confidence=0.95,
             ts=first_ts(rows),

@@ -1,0 +1,88 @@
+"""``ddp-autopsy demo``: reproduce a real hang on CPU, collect it, analyze it.
+
+Launches :mod:`ddp_autopsy.demo.hung_job` under torchrun (3 ranks, Gloo), waits until every
+rank is blocked, collects the job with the real collector (py-spy dumps of every rank), stops
+the job, and analyzes the bundle: the verdict is printed and ``report.html`` written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+NPROC = 3
+READY_TIMEOUT_S = 120.0
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ready(console: Path, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = console.read_text(errors="replace") if console.exists() else ""
+        ready = {line.split("rank=")[-1].strip() for line in text.splitlines()
+                 if "DEMO_READY rank=" in line}
+        if len(ready) >= NPROC:
+            return
+        if proc.poll() is not None:
+            raise DemoError(f"the demo job exited early (code {proc.returncode}); see {console}")
+        time.sleep(0.25)
+    raise DemoError(f"the demo job did not reach its hang within {timeout:.0f} s; see {console}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=15)
+
+
+def run_demo(out: Path, log=print) -> Path:
+    """Run the whole demo into ``out``; return the bundle path."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as err:
+        raise DemoError("the demo runs a real PyTorch job: install the torch extra, "
+                        "pip install -c constraints.txt 'ddp-autopsy[torch]'") from err
+    from ddp_autopsy.collectors import CollectOptions, collect
+
+    out.mkdir(parents=True, exist_ok=True)
+    console = out / "console.log"
+    script = Path(__file__).with_name("hung_job.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={NPROC}",
+           f"--master-port={_free_port()}", f"--log-dir={out / 'torchrun-logs'}",
+           "--tee=3", str(script)]
+    log(f"1/3 Starting a {NPROC}-rank torchrun job (Gloo on CPU) that will hang: "
+        f"{' '.join(cmd[1:4])} ... hung_job.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    with console.open("wb") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True, stdin=subprocess.DEVNULL)
+    try:
+        _wait_ready(console, proc, READY_TIMEOUT_S)
+        log(f"2/3 The job is stuck. Collecting it as you would on a cluster node: "
+            f"ddp-autopsy collect --pid {proc.pid}")
+        result = collect(CollectOptions(pid=proc.pid, out=out / "bundle", logs=[console],
+                                        deadline_s=60, step_timeout_s=15))
+    finally:
+        _stop(proc)
+    return result.bundle
