@@ -260,6 +260,60 @@ PATTERNS: tuple[Pattern, ...] = (
         rank=int,
     ),
     # --- NCCL ---------------------------------------------------------------------------------
+    # NCCL §3.3 / Gloo: no usable socket interface (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME).
+    _p(
+        "no_socket_interface",
+        ("no socket interface found", "no interface found", "No usable listening interface",
+         "nor AF_INET6", "Unable to find address for"),
+        r"(?:Bootstrap ?: no socket interface found|NET/Socket : no interface found"
+        r"|No usable listening interface found|neither AF_INET\(2\) nor AF_INET6\(10\)"
+        r"|Unable to find address for: (?P<ifname>\S+))",
+    ),
+    _p(
+        "socket_ifname",
+        ("SOCKET_IFNAME set",),
+        r"(?P<var>NCCL_SOCKET_IFNAME|GLOO_SOCKET_IFNAME) set (?:by environment )?to (?P<value>\S+)",
+    ),
+    # NCCL §3.5
+    _p(
+        "duplicate_gpu",
+        ("Duplicate GPU detected", "using the same GPU", "sharing GPU"),
+        r"(?:Duplicate GPU detected : rank (?P<r1>\d+) and rank (?P<r2>\d+) both on CUDA device "
+        r"(?P<busid>[0-9a-fA-F]+)|Multiple [Rr]anks (?:detected using|are using) the same GPU"
+        r"|Detected ranks (?P<r3>\d+) and (?P<r4>\d+) sharing GPU with bus (?P<bus2>[0-9a-fA-F]+))",
+        r1=int,
+        r2=int,
+        r3=int,
+        r4=int,
+    ),
+    # NCCL §3.6 and the DataLoader's shared-memory errors.
+    _p(
+        "shm_error",
+        ("shared memory segment", "failed to extend", "Could not map", "shared memory file",
+         "insufficient shared memory", "unable to allocate shared memory", "/dev/shm"),
+        r"(?:Error: failed to extend (?P<path>\S+) to (?P<bytes>\d+) bytes(?:, error: (?P<err>.+?) "
+        r"\((?P<errno>\d+)\))?"
+        r"|Error while (?P<op>creating|attaching to) shared memory segment (?P<path2>\S+) "
+        r"\(size (?P<size>\d+)\)(?:, error: (?P<err2>.+?) \((?P<errno2>\d+)\))?"
+        r"|Error: Could not map (?P<path3>\S+)|failed to create shared memory file"
+        r"|insufficient shared memory|[Uu]nable to allocate shared memory"
+        r"|unable to (?:write to|open shared memory object) .*?/dev/shm.*)",
+        errno=int,
+        errno2=int,
+    ),
+    # NCCL §3.2 / §3.8: the network failed under a running job.
+    _p(
+        "network_error",
+        ("Call to recv from", "Call to send to", "Got completion", "async fatal event",
+         "Got async event", "Socket recv failed"),
+        r"(?:Call to (?:recv from|send to) (?P<peer>\S+) failed : (?P<err>.+)"
+        r"|Got completion (?:from peer (?P<peer2>\S+) )?with (?:error (?P<status>\d+)"
+        r"|status=(?:(?P<stname>IBV_WC_\w+)\()?(?P<status2>\d+))"
+        r"|async (?:fatal )?event ?: (?P<event>.+)|Got async event : (?P<event2>.+)"
+        r"|Socket recv failed)",
+        status=int,
+        status2=int,
+    ),
     _p(
         "nccl_error",
         "NCCL error",

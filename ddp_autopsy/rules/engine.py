@@ -19,7 +19,7 @@ from functools import cache
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Outcome, Rule
 
-AREAS = ("rdzv", "coll", "crash", "sym", "aut")
+AREAS = ("rdzv", "nccl", "coll", "crash", "sym", "aut")
 
 
 @cache
@@ -84,7 +84,8 @@ def run(job: Job, rules: tuple[type[Rule], ...] | None = None) -> Analysis:
 
 
 # Causes that say little by themselves: another root cause usually explains them.
-GENERIC = {"rank_crashed": 3, "missing_ranks": 2, "master_unreachable": 1}
+GENERIC = {"network_error_runtime": 4, "rank_crashed": 3, "missing_ranks": 2,
+           "master_unreachable": 1}
 # What can explain what (beyond "any specific cause explains a crash of an overlapping rank").
 EXPLAINS = {
     "port_in_use": {"master_unreachable", "missing_ranks", "rank_crashed"},
@@ -95,6 +96,9 @@ EXPLAINS = {
     "loopback_address": {"nccl_connection_failure", "missing_ranks", "rank_crashed"},
     "config_mismatch": {"missing_ranks", "rank_crashed", "collective_mismatch"},
     "version_mismatch": {"nccl_connection_failure", "rank_crashed", "collective_mismatch"},
+    # A crash resets its connections: network errors after it are consequences.
+    "rank_crashed": {"network_error_runtime"},
+    "out_of_memory": {"network_error_runtime"},
 }
 _TS_MAX = datetime.max
 

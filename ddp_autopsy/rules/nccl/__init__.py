@@ -1,0 +1,1 @@
+"""Transport: interfaces, GPUs, shared memory and the network under NCCL and Gloo."""

@@ -1,0 +1,60 @@
+"""No usable network interface for NCCL or Gloo sockets.
+
+## What it detects
+NCCL's "Bootstrap : no socket interface found" / "NET/Socket : no interface found", the garbage
+address NCCL produces when NCCL_SOCKET_IFNAME names a missing interface ("... with family
+59936 is neither AF_INET(2) nor AF_INET6(10)"), and Gloo's "Unable to find address for: eth2"
+when GLOO_SOCKET_IFNAME matches nothing.
+
+## Why it hangs or kills the job
+The communicator cannot open its sockets, so process-group creation fails on that rank (and the
+others wait for it until they time out).
+
+## Evidence
+The interface error, and the NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME value the logs show.
+
+## Remedy
+Set NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME to an interface that exists, is up and has an
+address on every node (`ip -br addr`); a prefix such as `eth` matches eth0/eth1, `=eth0` is
+exact, `^docker,lo` excludes. Unset it to let NCCL choose.
+
+## Example
+```
+[trainer3]:twshared1016:1958:1958 [3] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth2
+[trainer0|0]:ncclInternalError: Internal check failed.
+[trainer0|0]:Last error:
+[trainer0|0]:ncclSocketInit: connecting to address  with family 59936 is neither AF_INET(2) nor AF_INET6(10)
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+
+
+class NoSocketInterface(Rule):
+    code = "NCCL001"
+    slug = "no-socket-interface"
+    cause = "no_socket_interface"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        rows = [r for r in job.rows("no_socket_interface")
+                if not job.superseded(r["source"], r["line"])]
+        if not rows:
+            return
+        settings = job.rows("socket_ifname")
+        values = sorted({f"{r['data']['var']}={r['data']['value']}" for r in settings})
+        values += sorted({f"GLOO_SOCKET_IFNAME={r['data']['ifname']}" for r in rows
+                          if r["data"].get("ifname")} - set(values))
+        ranks = {r["rank"] for r in rows if r["rank"] is not None}
+        who = rank_phrase(ranks) if ranks else "A rank"
+        summary = f"{who[0].upper()}{who[1:]} found no usable socket interface"
+        summary += f" ({', '.join(values)} matches no interface with an address)." if values \
+            else "."
+        yield self.finding(summary, evidence=[evidence_of(r) for r in (settings[:1] + rows[:2])],
+                           ranks=ranks, hosts=[r["host"] for r in rows], confidence=0.9,
+                           ts=first_ts(rows), details={"settings": values})

@@ -1,0 +1,59 @@
+"""Two ranks on the same GPU.
+
+## What it detects
+NCCL's "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 1a000" (2.5–2.29) and
+"Multiple ranks detected using the same GPU" / "Multiple Ranks are using the same GPU" (2.30+).
+
+## Why it hangs or kills the job
+NCCL refuses to build a communicator with two ranks on one device (ncclInvalidUsage): process
+group creation fails on those ranks and the job dies at its first collective.
+
+## Evidence
+The NCCL warning or the `Last error:` line of PyTorch's NCCL error, with the ranks and bus id.
+
+## Remedy
+Give each local rank its own device: `torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))`
+before `init_process_group`, don't hard-code `cuda:0`, and check that CUDA_VISIBLE_DEVICES is
+not the same single GPU for every process.
+
+## Example
+```
+torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3
+ncclInvalidUsage: This usually reflects invalid usage of NCCL library.
+Last error:
+Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 2000
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+
+
+class DuplicateGpu(Rule):
+    code = "NCCL002"
+    slug = "duplicate-gpu"
+    cause = "duplicate_gpu"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        rows = job.rows("duplicate_gpu")
+        if not rows:
+            return
+        ranks: set[int] = set()
+        buses: set[str] = set()
+        for r in rows:
+            d = r["data"]
+            ranks |= {d[k] for k in ("r1", "r2", "r3", "r4") if k in d}
+            buses |= {d[k] for k in ("busid", "bus2") if k in d}
+        where = f" (CUDA device bus id {', '.join(sorted(buses))})" if buses else ""
+        who = rank_phrase(ranks) if ranks else "Several ranks"
+        yield self.finding(
+            f"{who[0].upper()}{who[1:]} use the same GPU{where}.",
+            evidence=[evidence_of(r) for r in rows[:2]], ranks=ranks,
+            hosts=[r["host"] for r in rows], confidence=0.95, ts=first_ts(rows),
+            details={"bus_ids": sorted(buses)},
+        )
