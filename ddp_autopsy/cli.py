@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from ddp_autopsy import __version__
+from ddp_autopsy.collectors.command import collect_command
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -113,13 +114,27 @@ def rule_cmd(code: str, fmt: str) -> None:
         click.echo(rule_markdown(rule))
 
 
-def _register_optional() -> None:
-    """Commands whose modules live in other parts of the package."""
+@main.command()
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("ddp-autopsy-demo"), show_default=True,
+              help="Where the job's logs and the bundle go.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False),
+              default=Path("report.html"), show_default=True)
+def demo(out: Path, html_path: Path) -> None:
+    """Reproduce a real hung job on CPU, collect it with py-spy, and diagnose it."""
+    from ddp_autopsy.demo import DemoError, run_demo
+    from ddp_autopsy.reports import text
+
     try:
-        from ddp_autopsy.collectors.command import collect_command
-    except ImportError:
-        return
-    main.add_command(collect_command, "collect")
+        bundle = run_demo(out, log=lambda msg: click.echo(msg, err=True))
+    except DemoError as err:
+        click.echo(f"ddp-autopsy demo: {err}", err=True)
+        sys.exit(1)
+    click.echo(f"3/3 Analyzing the bundle: ddp-autopsy analyze {bundle}\n", err=True)
+    analysis = _analyze((bundle,))
+    text.render(analysis)
+    _write_html(analysis, html_path)
+    click.echo(f"\nHTML post-mortem: {html_path}   (the job's own logs: {out})")
 
 
-_register_optional()
+main.add_command(collect_command, "collect")

@@ -1,0 +1,54 @@
+"""CLI behaviour and exit codes (docs/json.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from ddp_autopsy.cli import main
+
+
+def test_usage_error_exits_2() -> None:
+    assert CliRunner().invoke(main, ["analyze"]).exit_code == 2
+
+
+def test_nothing_readable_exits_3(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["analyze", str(tmp_path / "missing")])
+    assert result.exit_code == 3
+    assert "does not exist" in result.output
+
+
+def test_text_verdict_first_with_evidence(tmp_path: Path) -> None:
+    log = tmp_path / "t.log"
+    log.write_text("noise\nRuntimeError: Address already in use\n")
+    result = CliRunner().invoke(main, ["analyze", str(log), "--no-color"])
+    assert result.exit_code == 0
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert lines[1].startswith("VERDICT") and "address already in use" in lines[1]
+    assert f"{log}:2" in result.output
+
+
+def test_log_text_is_not_rich_markup(tmp_path: Path) -> None:
+    (tmp_path / "t.log").write_text("RuntimeError: Address already in use [bold red]x[/] [link]\n")
+    result = CliRunner().invoke(main, ["analyze", str(tmp_path), "--no-color"])
+    assert "[bold red]x[/] [link]" in result.output
+
+
+def test_html_option_writes_an_escaped_report(tmp_path: Path) -> None:
+    (tmp_path / "t.log").write_text("RuntimeError: Address already in use <script>alert(1)</script>\n")
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(main, ["analyze", str(tmp_path / "t.log"), "--html", str(out)])
+    assert result.exit_code == 0
+    html = out.read_text()
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
+
+
+def test_rules_and_rule_commands() -> None:
+    runner = CliRunner()
+    listing = runner.invoke(main, ["rules"]).output
+    assert "RDZV001" in listing and "port-in-use" in listing
+    one = json.loads(runner.invoke(main, ["rule", "rdzv001", "--format", "json"]).output)
+    assert one["code"] == "RDZV001" and one["sections"]["Remedy"]
+    assert runner.invoke(main, ["rule", "NOPE999"]).exit_code == 2

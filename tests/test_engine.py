@@ -1,0 +1,70 @@
+"""The engine: outcomes, crash isolation, root cause vs symptom."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ddp_autopsy.analyzer.job import load
+from ddp_autopsy.rules.base import Rule
+from ddp_autopsy.rules.engine import registry, run
+
+CRASH_THEN_SYMPTOMS = """\
+[rank0]:[E1122 08:00:10.100000000 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=4, NumelOut=4, Timeout(ms)=60000) ran for 60012 milliseconds before timing out.
+[rank2]: Traceback (most recent call last):
+[rank2]:   File "/w/train.py", line 25, in train_step
+[rank2]:     raise ValueError("bad batch 17")
+[rank2]: ValueError: bad batch 17
+[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:45067
+W1122 08:00:11.000000 77 torch/distributed/elastic/multiprocessing/api.py:908] Sending process 80 closing signal SIGTERM
+"""
+
+
+def test_first_failure_is_root_and_the_rest_are_linked_symptoms(tmp_path: Path) -> None:
+    (tmp_path / "console.log").write_text(CRASH_THEN_SYMPTOMS)
+    analysis = run(load([tmp_path]))
+    verdict = analysis.verdict
+    assert verdict is not None and verdict.cause == "rank_crashed" and verdict.ranks == [2]
+    assert "ValueError: bad batch 17" in verdict.summary and "train_step" in verdict.summary
+    symptoms = [f for f in analysis.findings if f.role == "symptom"]
+    assert {f.rule for f in symptoms} == {"SYM001", "SYM002", "SYM003"}
+    assert all(f.explained_by == verdict.id for f in symptoms)
+    assert analysis.findings[0] is verdict
+
+
+def test_specific_cause_demotes_the_crash_it_explains(tmp_path: Path) -> None:
+    (tmp_path / "r.log").write_text(
+        "[rank11]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.35 GiB.\n")
+    analysis = run(load([tmp_path]))
+    assert analysis.verdict.cause == "out_of_memory"
+    crash = next(f for f in analysis.findings if f.cause == "rank_crashed" or f.rule == "CRASH001")
+    assert crash.role == "symptom" and crash.explained_by == analysis.verdict.id
+
+
+def test_healthy_log_has_no_verdict_and_rules_are_ruled_out(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text("step 0 loss 1.0\nstep 1 loss 0.5\n")
+    analysis = run(load([tmp_path]))
+    assert analysis.verdict is None and not analysis.findings
+    status = {o.rule: o.status for o in analysis.outcomes}
+    assert status["RDZV001"] == "ruled_out"
+    assert status["COLL002"] == "not_evaluated"
+
+
+def test_a_crashing_rule_is_contained(tmp_path: Path) -> None:
+    class Broken(Rule):
+        """Always fails.
+
+        ## What it detects
+        x
+        """
+
+        code = "AUT999"
+        slug = "broken"
+
+        def check(self, job):
+            raise RuntimeError("boom")
+
+    (tmp_path / "a.log").write_text("[rank3]: ValueError: bad\n")
+    analysis = run(load([tmp_path]), rules=(Broken, *registry()))
+    broken = next(o for o in analysis.outcomes if o.rule == "AUT999")
+    assert broken.status == "errored" and "RuntimeError: boom" in broken.error
+    assert analysis.verdict.cause == "rank_crashed"
