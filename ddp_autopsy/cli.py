@@ -83,6 +83,27 @@ def report(paths: tuple[Path, ...], output: Path) -> None:
     click.echo(f"Wrote {output}")
 
 
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Directory for the parquet files.")
+def inspect(paths: tuple[Path, ...], out: Path) -> None:
+    """Write the parsed frames (events, stacks, ranks, env, processes) as parquet files,
+    to query with polars or duckdb (docs/frames.md)."""
+    from ddp_autopsy.analyzer.job import load
+
+    job = load(list(paths))
+    if not job.inputs:
+        for note in job.notes:
+            click.echo(f"ddp-autopsy: {note.path}: {note.message}", err=True)
+        sys.exit(EXIT_NO_INPUT)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("events", "stacks", "ranks", "env", "processes"):
+        frame = job.frame(name)
+        frame.write_parquet(out / f"{name}.parquet")
+        click.echo(f"{out / (name + '.parquet')}: {frame.height} rows")
+
+
 @main.command("rules")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 def rules_cmd(fmt: str) -> None:

@@ -52,3 +52,15 @@ def test_rules_and_rule_commands() -> None:
     one = json.loads(runner.invoke(main, ["rule", "rdzv001", "--format", "json"]).output)
     assert one["code"] == "RDZV001" and one["sections"]["Remedy"]
     assert runner.invoke(main, ["rule", "NOPE999"]).exit_code == 2
+
+
+def test_inspect_writes_parquet_frames(tmp_path: Path) -> None:
+    import polars as pl
+
+    (tmp_path / "rank3.log").write_text("ValueError: bad\n")
+    result = CliRunner().invoke(main, ["inspect", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    events = pl.read_parquet(tmp_path / "o" / "events.parquet")
+    assert events.filter(pl.col("kind") == "exception")["rank"].to_list() == [3]
+    for name in ("stacks", "ranks", "env", "processes"):
+        assert (tmp_path / "o" / f"{name}.parquet").exists()
