@@ -71,6 +71,7 @@ class _State:
     tracebacks: dict[tuple[Any, Any], dict[str, Any]] = field(default_factory=dict)
     elastic_section: str | None = None
     elastic_entry: dict[str, Any] | None = None
+    spawn_index: dict[tuple[Any, Any], int] = field(default_factory=dict)
 
 
 @dataclass
@@ -178,7 +179,7 @@ def _classify(line: int, raw: str, ctx: FileContext, state: _State,
               events: list[dict[str, Any]]) -> None:
     info = parse_line(raw, ctx.year)
     body = info.body
-    if _elastic(line, body, info, ctx, state, events):
+    if _elastic(line, raw, body, ctx, state, events):
         return
     stream = (info.rank, info.local_rank)
     fm = FRAME_LINE.match(body)
@@ -195,6 +196,9 @@ def _classify(line: int, raw: str, ctx: FileContext, state: _State,
             continue
         if pat.kind == "traceback":
             state.tracebacks[stream] = {"line": line, "frames": []}
+        elif pat.kind == "spawn_failed" and "index" in fields:
+            # mp.spawn prints the failed child's traceback right after this header.
+            state.spawn_index[stream] = int(fields["index"])
         events.append(_row(pat.kind, line, info, ctx, raw, fields))
     em = P.EXCEPTION_LINE.match(body)
     if em and not body.lstrip().startswith("Exception raised from"):
@@ -206,10 +210,14 @@ def _classify(line: int, raw: str, ctx: FileContext, state: _State,
                 last = tb["frames"][-1]
                 data["frame"] = {"file": last["file"], "line": int(last["line"]),
                                  "func": last["func"].strip()}
+        index = state.spawn_index.pop(stream, None)
+        if index is not None and info.rank is None:
+            info.rank, info.cue = index, "mp.spawn process index"
+            data["spawn_index"] = index
         events.append(_row("exception", line, info, ctx, raw, data))
 
 
-def _elastic(line: int, body: str, info: LineInfo, ctx: FileContext, state: _State,
+def _elastic(line: int, raw: str, body: str, ctx: FileContext, state: _State,
              events: list[dict[str, Any]]) -> bool:
     """torchelastic's ChildFailedError summary: one ``elastic_failure`` event per entry."""
     if P.ELASTIC_ROOT.match(body):
@@ -225,11 +233,14 @@ def _elastic(line: int, body: str, info: LineInfo, ctx: FileContext, state: _Sta
     m = P.ELASTIC_ENTRY.match(body)
     if m:
         _flush_elastic(state, ctx, events)
-        state.elastic_entry = {"line": line, "info": info, "root": state.elastic_section == "root"}
+        state.elastic_entry = {"line": line, "raw": raw, "root": state.elastic_section == "root"}
         return True
     m = P.ELASTIC_FIELD.match(body)
     if m and state.elastic_entry is not None:
-        state.elastic_entry.setdefault(m.group("key"), m.group("value").strip())
+        key = m.group("key")
+        if key not in state.elastic_entry:
+            state.elastic_entry[key] = m.group("value").strip()
+            state.elastic_entry[f"{key}@"] = (line, raw)
         return True
     # Anything else ends the summary block.
     _flush_elastic(state, ctx, events)
@@ -264,9 +275,6 @@ def _flush_elastic(state: _State, ctx: FileContext, events: list[dict[str, Any]]
     info = LineInfo(body="", rank=data.get("rank"), local_rank=data.get("local_rank"),
                     host=data.get("host"), pid=data.get("pid"),
                     cue="torchelastic failure summary")
-    text = (
-        f"rank {data.get('rank')} (local_rank: {data.get('local_rank')}) on {data.get('host')}: "
-        f"exitcode {data.get('exitcode')} (pid {data.get('pid')}); "
-        f"traceback: {data.get('traceback', '')}"
-    )
-    events.append(_row("elastic_failure", entry["line"], info, ctx, text, data, ts))
+    # Evidence quotes a real line: the exit code (or the rank) line of the entry.
+    line, text = entry.get("exitcode@") or entry.get("rank@") or (entry["line"], entry["raw"])
+    events.append(_row("elastic_failure", line, info, ctx, text, data, ts))

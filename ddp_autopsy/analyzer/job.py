@@ -290,6 +290,10 @@ def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: lis
     for proc in man.get("processes") or []:
         if not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
             continue
+        if proc.get("rank") is None and proc.get("role") == "worker" \
+                and isinstance(proc.get("spawn_index"), int):
+            # mp.spawn children carry no RANK: their spawn index is the rank by convention.
+            proc = {**proc, "rank": proc["spawn_index"], "rank_cue": "mp.spawn process index"}
         by_pid[proc["pid"]] = proc
         proc_rows.append({
             "bundle": tree.display, "host": host, "pid": proc["pid"], "ppid": proc.get("ppid"),

@@ -32,9 +32,11 @@ holding the GIL).
 ['rank 2']
 >>> print(tree.outliers[0].diverges_at)
 <module> (train.py:60)
->>> top = tree.root.children[0]
->>> top.frame.func, top.label, [c.label for c in top.children]
-('<module>', 'ranks 0-3', ['ranks 0-1,3', 'rank 2'])
+>>> top = tree.root.children[0]  # the tree is path-compressed: nodes hold runs of frames
+>>> [f.func for f in top.frames], top.label, [c.label for c in top.children]
+(['<module>'], 'ranks 0-3', ['ranks 0-1,3', 'rank 2'])
+>>> [str(f) for f in top.children[0].frames]
+['main (train.py:48)', 'all_reduce (torch/distributed/distributed_c10d.py:3252)']
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from typing import Any, Literal
 
 import polars as pl
 
-from ddp_autopsy.analyzer.stackview import LIBRARY_FILE, Frame, RankStack
+from ddp_autopsy.analyzer.stackview import COLLECTIVES, LIBRARY_FILE, Frame, RankStack
 from ddp_autopsy.rules.base import format_ranks
 
 #: Process roles (``processes`` frame) kept out of the main tree, in trees of their own.
@@ -119,16 +121,22 @@ def short_ranks(ranks: Iterable[int], limit: int = 8) -> str:
 
 @dataclass(eq=False)
 class Node:
-    """A frame shared by some processes; the root has no frame and holds them all."""
+    """A run of frames shared by the same processes; the root has no frames and holds them all.
 
-    frame: Frame | None
+    The tree is path-compressed: a chain of frames that no process leaves or branches off is one
+    node, so 4096 identical 40-frame stacks make one node, not 40.
+    """
+
+    frames: tuple[Frame, ...]  # outermost first
     members: tuple[int, ...]  # indices into StackTree.procs, sorted
     label: str
     children: list[Node] = field(default_factory=list)
-    #: Members whose innermost frame this is (where they are right now).
+    #: Members whose innermost frame is this node's last frame (where they are right now).
     ends: tuple[int, ...] = ()
     #: Indices into StackTree.classes of the classes passing through this node.
     classes: tuple[int, ...] = ()
+    #: Indices of the classes whose stacks end here (at most one: a class is a path).
+    ending: tuple[int, ...] = ()
     #: Every member belongs to an outlier class.
     outlier: bool = False
     #: For thread trees: the pseudo-node that groups threads by name.
@@ -138,30 +146,15 @@ class Node:
     def count(self) -> int:
         return len(self.members)
 
-    @property
-    def library(self) -> bool:
-        """A frame in torch, the standard library or site-packages (not the user's code)."""
-        return self.frame is not None and bool(LIBRARY_FILE.search(self.frame.file or ""))
-
     def walk(self, depth: int = 0) -> Iterator[tuple[int, Node]]:
         """Every node below (and including) this one, depth first, with its depth."""
         yield depth, self
         for child in self.children:
             yield from child.walk(depth + 1)
 
-    def chain(self) -> list[Node]:
-        """This node and its single descendants that have the same members (drawn as one block)."""
-        out = [self]
-        node = self
-        while len(node.children) == 1 and node.children[0].members == node.members \
-                and not node.ends:
-            node = node.children[0]
-            out.append(node)
-        return out
-
     def to_dict(self) -> dict[str, Any]:
         return {
-            "frame": _frame_dict(self.frame),
+            "frames": [_frame_dict(f) for f in self.frames],
             "thread": self.thread,
             "label": self.label,
             "count": self.count,
@@ -169,6 +162,16 @@ class Node:
             "outlier": self.outlier,
             "children": [c.to_dict() for c in self.children],
         }
+
+
+def is_library(frame: Frame) -> bool:
+    """A frame in torch, the standard library or site-packages (not the user's own code)."""
+    return bool(LIBRARY_FILE.search(frame.file or ""))
+
+
+def is_collective(frame: Frame) -> bool:
+    """A torch.distributed call that blocks until the other ranks arrive."""
+    return frame.func in COLLECTIVES and "torch/distributed" in (frame.file or "")
 
 
 @dataclass(eq=False)
@@ -454,46 +457,72 @@ def _mark_outliers(classes: list[StackClass], paths: list[list[int]], offset: in
 
 @dataclass(eq=False)
 class _Build:
+    """A radix-tree node under construction: ``seg`` is its run of frame ids."""
+
+    seg: list[int] = field(default_factory=list)
     members: list[int] = field(default_factory=list)
     classes: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
     children: dict[int, _Build] = field(default_factory=dict)
     thread: str | None = None
+    ending: list[int] = field(default_factory=list)
+
+    def add(self, ci: int, members: tuple[int, ...]) -> None:
+        self.members.extend(members)
+        self.classes.append(ci)
+
+    def split(self, k: int) -> None:
+        """Keep ``seg[:k]`` here and move the rest (and everything below) to one child."""
+        tail = _Build(self.seg[k:], list(self.members), list(self.classes), self.ends,
+                      self.children, ending=self.ending)
+        self.seg, self.ends, self.children = self.seg[:k], [], {tail.seg[0]: tail}
+        self.ending = []
 
 
 def _trie(classes: list[StackClass], paths: list[list[int]], procs: list[Proc],
           frames: dict[int, Frame], by_thread: bool) -> Node:
+    """Radix-insert every class path (outermost frame first) under one root."""
     root = _Build()
-    for ci, (cls, path) in enumerate(zip(classes, paths, strict=True)):
-        node = root
-        node.members.extend(cls.members)
-        node.classes.append(ci)
-        for step, f in enumerate(path):
-            child = node.children.get(f)
+    for ci, (cls, full) in enumerate(zip(classes, paths, strict=True)):
+        node, path = root, full
+        node.add(ci, cls.members)
+        if by_thread:  # a pseudo node per thread name, never merged with frames
+            node = node.children.setdefault(path[0], _Build(thread=cls.threads[0]))
+            node.add(ci, cls.members)
+            path = path[1:]
+        while path:
+            child = node.children.get(path[0])
             if child is None:
-                child = node.children[f] = _Build()
-                if by_thread and step == 0:
-                    child.thread = cls.threads[0]
-            child.members.extend(cls.members)
-            child.classes.append(ci)
-            node = child
+                child = node.children[path[0]] = _Build(list(path))
+                child.add(ci, cls.members)
+                node, path = child, []
+                break
+            k, limit = 1, min(len(child.seg), len(path))
+            while k < limit and child.seg[k] == path[k]:
+                k += 1
+            if k < len(child.seg):
+                child.split(k)
+            child.add(ci, cls.members)
+            node, path = child, path[k:]
         node.ends.extend(cls.members)
+        node.ending.append(ci)
 
-    def freeze(b: _Build, fid: int | None) -> Node:
+    def freeze(b: _Build) -> Node:
         members = tuple(sorted(b.members))
         cls_idx = tuple(b.classes)
         node = Node(
-            frame=None if fid is None or b.thread is not None else frames[fid],
+            frames=tuple(frames[f] for f in b.seg),
             members=members,
             label=who(procs[m] for m in members) if members else "no processes",
             ends=tuple(sorted(b.ends)),
             classes=cls_idx,
+            ending=tuple(b.ending),
             outlier=bool(cls_idx) and all(classes[c].outlier for c in cls_idx),
             thread=b.thread,
         )
-        kids = [freeze(c, f) for f, c in b.children.items()]
+        kids = [freeze(c) for c in b.children.values()]
         kids.sort(key=lambda n: (-n.count, n.members[0] if n.members else 0))
         node.children = kids
         return node
 
-    return freeze(root, None)
+    return freeze(root)

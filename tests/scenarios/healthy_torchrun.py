@@ -27,8 +27,9 @@ def main() -> None:
         opt.step()
         metric = loss.detach().clone()
         dist.all_reduce(metric)
-        print(f"rank={rank} step={step} loss={metric.item() / dist.get_world_size():.4f}",
-              flush=True)
+        print(
+            f"rank={rank} step={step} loss={metric.item() / dist.get_world_size():.4f}", flush=True
+        )
     dist.destroy_process_group()
     print(f"rank={rank} done", flush=True)
 

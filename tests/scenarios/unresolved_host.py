@@ -3,14 +3,14 @@
 torchrun's agent keeps retrying the name lookup, printing c10d warnings
 ``The IPv6 network addresses of (no-such-host.invalid, PORT) cannot be retrieved
 (gai error: -2 - Name or service not known)`` until the store connect times out.
-``--rdzv-conf timeout=5`` only shortens the default 900 s wait; the output is the same.
+``--rdzv-conf timeout=3`` only shortens the default 900 s wait; the output is the same.
 """
 
 LAUNCH = {
     "launcher": "torchrun",
     "nproc": 2,
     "master_addr": "no-such-host.invalid",
-    "torchrun_args": ["--rdzv-conf", "timeout=5"],
+    "torchrun_args": ["--rdzv-conf", "timeout=3"],
     "timeout_s": 60,
 }
 EXPECT = {

@@ -83,9 +83,9 @@ class RankCrashed(Rule):
     severity = "critical"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        exceptions = [r for r in job.rows("exception")
-                      if not CONSEQUENCE.search(r["text"])
-                      and not job.superseded(r["source"], r["line"])]
+        all_exceptions = [r for r in job.rows("exception")
+                          if not job.superseded(r["source"], r["line"])]
+        exceptions = [r for r in all_exceptions if not CONSEQUENCE.search(r["text"])]
         failures = job.rows("elastic_failure")
         spawns = job.rows("spawn_failed")
         # Exceptions attributed to a rank, earliest first where clocks say so.
@@ -124,10 +124,16 @@ class RankCrashed(Rule):
                 summary += ": killed with no traceback, which suggests the host's OOM killer"
             elif d.get("traceback") and not d["traceback"].startswith("To enable traceback"):
                 summary += f": {d['traceback'][:160]}"
+            # The rank's own error only reported another failure (a dead peer, a mismatch...):
+            # then its exit is a consequence, not the first failure.
+            own = [r for r in all_exceptions if r["rank"] == d.get("rank")]
+            explained = bool(own) and sig is None
             yield self.finding(
-                summary + ".", evidence=[evidence_of(root)], ranks=[d.get("rank")],
-                hosts=[d.get("host")], confidence=0.75 if sig not in ("SIGTERM", "SIGABRT") else 0.5,
+                summary + ".", evidence=[evidence_of(root), *map(evidence_of, own[:1])],
+                ranks=[d.get("rank")], hosts=[d.get("host")],
+                confidence=0.75 if sig not in ("SIGTERM", "SIGABRT") else 0.5,
                 ts=root["ts"], details={"exitcode": d.get("exitcode"), "signal": sig},
+                role="symptom" if explained else None,
             )
             return
         killed = [s for s in spawns if s["data"].get("signal") or s["data"].get("exitcode")]

@@ -1,0 +1,223 @@
+"""The HTML post-mortem in a real browser: Playwright driving Debian's Chromium, headless.
+
+Reports are built from real scenario runs (``stuck_in_eval``: a collect bundle of a hung job;
+``rank_crash_exception``: a torchrun console, with an XSS probe planted in the exception
+message), from a fixture hang whose stack frame holds the probe, and from a synthetic 4096-rank
+job (size and load-time bound). Screenshots (light, dark, JavaScript off, print) are written to
+``tests/artifacts/html/``; the 4096-rank measurements to ``tests/artifacts/html/bound.json``.
+
+Skipped only when Chromium or the playwright package is missing
+(``apt-get install chromium``; ``pip install playwright``; never ``playwright install``).
+``DDP_AUTOPSY_CHROMIUM`` points at another Chromium binary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_html_report import PROBE, analyse, write_big, write_hang
+
+from ddp_autopsy.reports import html
+
+CHROMIUM = os.environ.get("DDP_AUTOPSY_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "html"
+MB = 1 << 20
+
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+if not Path(CHROMIUM).is_file():
+    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set "
+                "DDP_AUTOPSY_CHROMIUM)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+@dataclass
+class Opened:
+    page: Any
+    errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def open_page(browser: Any) -> Iterator[Callable[..., Opened]]:
+    contexts: list[Any] = []
+
+    def opener(path: Path, *, scheme: str = "light", js: bool = True) -> Opened:
+        ctx = browser.new_context(color_scheme=scheme, java_script_enabled=js,
+                                  viewport={"width": 1280, "height": 900})
+        contexts.append(ctx)
+        page = ctx.new_page()
+        opened = Opened(page)
+        page.on("console", lambda m: opened.errors.append(f"console.{m.type}: {m.text}")
+                if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: opened.errors.append(f"pageerror: {e}"))
+        page.on("request", lambda r: opened.requests.append(r.url))
+        page.goto(path.as_uri(), wait_until="load")
+        return opened
+
+    yield opener
+    for ctx in contexts:
+        ctx.close()
+
+
+def shoot(page: Any, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    out = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(out), full_page=True)
+    return out
+
+
+def write_report(analysis_paths: list[Path], out: Path) -> Path:
+    out.write_text(html.render(analyse(*analysis_paths)), encoding="utf-8")
+    return out
+
+
+# --------------------------------------------------------------------------- the reports
+
+
+@pytest.fixture(scope="module")
+def fixture_hang(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("fixture_hang")
+    return write_report([write_hang(root / "job")], root / "report.html")
+
+
+@pytest.fixture(scope="module")
+def stuck_in_eval(scenario_run: Callable[[str], Any],
+                  tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = scenario_run("stuck_in_eval")
+    assert run.bundle is not None, run.error
+    out = tmp_path_factory.mktemp("stuck_in_eval") / "report.html"
+    return write_report([run.bundle, run.console], out)
+
+
+@pytest.fixture(scope="module")
+def crash_with_probe(scenario_run: Callable[[str], Any],
+                     tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real torchrun console of ``rank_crash_exception`` with the probe planted in the
+    exception message (the verdict's evidence)."""
+    run = scenario_run("rank_crash_exception")
+    root = tmp_path_factory.mktemp("crash_with_probe")
+    text = run.console_text()
+    assert "bad batch 17" in text
+    (root / "console.log").write_text(text.replace("bad batch 17", f"bad batch 17 {PROBE}"))
+    return write_report([root / "console.log"], root / "report.html")
+
+
+REAL = [pytest.param("stuck_in_eval", marks=pytest.mark.scenario("stuck_in_eval")),
+        pytest.param("crash_with_probe", marks=pytest.mark.scenario("rank_crash_exception")),
+        "fixture_hang"]
+EXPECT = {
+    "stuck_in_eval": ("Rank 0 never reached the collective", {0: "culprit"}, 3),
+    "crash_with_probe": ("Rank 2 crashed first", {2: "culprit"}, 3),
+    "fixture_hang": ("Rank 2 never reached the collective", {2: "culprit"}, 4),
+}
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_report_opens_cleanly_light_dark_and_without_js(
+        name: str, request: pytest.FixtureRequest, open_page: Callable[..., Opened]) -> None:
+    path: Path = request.getfixturevalue(name)
+    headline, states, ranks = EXPECT[name]
+    for scheme, js in (("light", True), ("dark", True), ("light", False)):
+        opened = open_page(path, scheme=scheme, js=js)
+        page = opened.page
+        assert opened.errors == [], opened.errors
+        assert all(u.startswith(("file://", "data:")) for u in opened.requests), opened.requests
+        assert headline in page.inner_text("#verdict h1")
+        cells = page.locator("#grid i")
+        assert cells.count() == ranks
+        for rank, state in states.items():
+            assert page.get_attribute(f"#r{rank}", "class") == state
+        assert page.locator("#stacks").is_visible() and page.locator("#findings").is_visible()
+        bg = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert (bg == "rgb(255, 255, 255)") == (scheme == "light"), bg
+        assert page.evaluate("document.getElementById('theme').hidden") == (not js)
+        shoot(page, f"{name}-{scheme}{'' if js else '-nojs'}")
+    page.emulate_media(media="print")
+    shoot(page, f"{name}-print")
+
+
+@pytest.mark.parametrize("name", REAL[1:])
+def test_xss_probe_stays_inert(name: str, request: pytest.FixtureRequest,
+                               open_page: Callable[..., Opened], tmp_path: Path) -> None:
+    path: Path = request.getfixturevalue(name)
+    # Also without the Content-Security-Policy: escaping alone must hold.
+    bare = tmp_path / "no-csp.html"
+    bare.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "",
+                           path.read_text(encoding="utf-8")), encoding="utf-8")
+    for target in (path, bare):
+        opened = open_page(target)
+        page = opened.page
+        assert page.evaluate("typeof window.__xss") == "undefined"
+        assert page.locator("img").count() == 0
+        assert page.evaluate("document.scripts.length") == 2
+        assert "<script>window.__xss=1</script>" in page.inner_text("body")
+        assert opened.errors == [], opened.errors
+
+
+def test_interactions(fixture_hang: Path, open_page: Callable[..., Opened]) -> None:
+    page = open_page(fixture_hang).page
+    page.click('#grid-legend button[data-state="culprit"]')
+    assert "dim" in (page.get_attribute("#grid", "class") or "")
+    assert "on" in (page.get_attribute("#r2", "class") or "")
+    page.click('#grid-legend button[data-state="culprit"]')
+    assert "dim" not in (page.get_attribute("#grid", "class") or "")
+    page.fill("#rank-find", "3")
+    assert "found" in (page.get_attribute("#r3", "class") or "")
+    assert page.inner_text("#cell-info").startswith("rank 3")
+    page.click("#theme")
+    assert page.get_attribute("html", "data-theme") == "light"
+    page.click("#theme")
+    assert page.get_attribute("html", "data-theme") == "dark"
+    page.click('button[data-tree="tree-1"][data-open="0"]')
+    assert page.evaluate("document.querySelectorAll('#tree-1 details[open]').length") == 0
+    page.evaluate("window.dispatchEvent(new Event('beforeprint'))")
+    assert page.evaluate("document.querySelectorAll('details:not([open])').length") == 0
+    page.evaluate("window.dispatchEvent(new Event('afterprint'))")
+    assert page.evaluate("document.querySelectorAll('#tree-1 details[open]').length") == 0
+    page.goto(f"{fixture_hang.as_uri()}#F1")
+    assert page.evaluate("document.querySelector(':target').id") == "F1"
+
+
+def test_4096_ranks_size_and_load_time(tmp_path: Path,
+                                       open_page: Callable[..., Opened]) -> None:
+    path = write_report([write_big(tmp_path / "big")], tmp_path / "big.html")
+    size = path.stat().st_size
+    opened = open_page(path)
+    page = opened.page
+    timing = page.evaluate(
+        "(() => { const n = performance.getEntriesByType('navigation')[0];"
+        " return {dom: n.domContentLoadedEventEnd, load: n.loadEventEnd}; })()")
+    # Paint and layout of the whole page (the grid and SVG are below the fold).
+    layout_ms = page.evaluate(
+        "(() => { const t = performance.now(); document.body.getBoundingClientRect();"
+        " window.scrollTo(0, document.body.scrollHeight); return performance.now() - t; })()")
+    assert opened.errors == [], opened.errors
+    assert page.locator("#grid i").count() == 4096
+    assert page.get_attribute("#r1234", "class") == "culprit"
+    shoot(page, "synthetic-4096-light")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "bound.json").write_text(json.dumps(
+        {"ranks": 4096, "bytes": size, "load_ms": round(timing["load"], 1),
+         "dom_content_loaded_ms": round(timing["dom"], 1), "layout_ms": round(layout_ms, 1)},
+        indent=2))
+    shutil.copy(path, ARTIFACTS / "synthetic-4096.html")
+    assert size <= 5 * MB, size
+    assert timing["load"] < 2000, timing

@@ -1,0 +1,240 @@
+"""The merged stack tree (analyzer/stacktree.py) and its terminal rendering (reports/stacks_text)."""
+
+from __future__ import annotations
+
+import doctest
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from rich.console import Console
+
+from ddp_autopsy.analyzer import stacktree
+from ddp_autopsy.analyzer.job import load
+from ddp_autopsy.analyzer.stacks import STACK_SCHEMA
+from ddp_autopsy.analyzer.stacktree import build, short_ranks, who
+from ddp_autopsy.reports import stacks_text
+
+WAIT = [("all_reduce", "torch/distributed/distributed_c10d.py", 3252),
+        ("wrapper", "torch/distributed/c10d_logger.py", 83),
+        ("main", "train.py", 48), ("<module>", "train.py", 60)]
+EVAL = [("evaluate", "train.py", 30), ("main", "train.py", 52), ("<module>", "train.py", 60)]
+
+
+def thread(rank: int | None, frames: list[tuple[str, str, int]], *, pid: int | None = None,
+           tid: int | None = None, name: str | None = "MainThread", idle: bool = True,
+           gil: bool = False, host: str = "n1", source: str | None = None) -> list[dict[str, Any]]:
+    """Rows of one dumped thread, innermost frame first (as py-spy prints them)."""
+    pid = pid if pid is not None else 1000 + (rank or 0)
+    return [dict(source=source or f"stack_rank{rank}.txt", host=host, pid=pid, rank=rank,
+                 local_rank=rank, thread_id=tid if tid is not None else pid, thread_name=name,
+                 idle=idle, owns_gil=gil, depth=d, func=f, file=fl, line=ln)
+            for d, (f, fl, ln) in enumerate(frames)]
+
+
+def frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=STACK_SCHEMA)
+
+
+def test_doctests() -> None:
+    for module in (stacktree, stacks_text):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module.__name__
+
+
+def test_classes_outliers_and_the_prefix_tree() -> None:
+    rows = [r for rank in (0, 1, 3, 4, 5) for r in thread(rank, WAIT)] + thread(2, EVAL)
+    tree = build(frame(rows))
+    assert [(c.id, c.label, c.size) for c in tree.classes] == [
+        ("S1", "ranks 0-1,3-5", 5), ("S2", "rank 2", 1)]
+    big, odd = tree.classes
+    assert big.collective is not None and big.collective.func == "all_reduce"
+    assert odd.collective is None and odd.user_frame is not None
+    assert odd.user_frame.func == "evaluate" and odd.place == "evaluation"
+    assert tree.outliers == [odd] and tree.majority is big
+    assert str(odd.diverges_at) == "<module> (train.py:60)"
+    # One shared <module> node, then one branch per class, outermost frame first.
+    (top,) = tree.root.children
+    assert [f.func for f in top.frames] == ["<module>"] and top.label == "ranks 0-5"
+    assert [c.label for c in top.children] == ["ranks 0-1,3-5", "rank 2"]
+    waiting, elsewhere = top.children
+    assert [f.func for f in waiting.frames] == ["main", "wrapper", "all_reduce"]
+    assert len(waiting.ends) == 5 and not waiting.outlier and elsewhere.outlier
+    assert (waiting.ending, elsewhere.ending, top.ending) == ((0,), (1,), ())
+    assert tree.by_rank()[2] is odd and tree.by_rank()[4] is big
+
+
+def test_identical_stacks_make_one_class_and_one_node() -> None:
+    rows = [r for rank in range(8) for r in thread(rank, WAIT)]
+    tree = build(frame(rows))
+    assert len(tree.classes) == 1 and tree.outliers == [] and tree.majority is tree.classes[0]
+    assert [len(n.frames) for _, n in tree.root.walk()] == [0, 4]  # path-compressed
+
+
+def test_a_stack_that_is_a_prefix_of_another_ends_inside_the_tree() -> None:
+    rows = [r for rank in (0, 1, 2) for r in thread(rank, WAIT)] + thread(3, WAIT[2:])
+    tree = build(frame(rows))
+    (top,) = tree.root.children
+    assert [f.func for f in top.frames] == ["<module>", "main"] and top.ending == (1,)
+    assert tree.classes[1].label == "rank 3" and tree.classes[1].innermost.func == "main"
+    assert [c.label for c in top.children] == ["ranks 0-2"] and top.children[0].ending == (0,)
+
+
+def test_a_tie_has_no_majority_and_no_outlier() -> None:
+    rows = [r for rank in (0, 1) for r in thread(rank, WAIT)]
+    rows += [r for rank in (2, 3) for r in thread(rank, EVAL)]
+    tree = build(frame(rows))
+    assert len(tree.classes) == 2 and tree.majority is None and tree.outliers == []
+
+
+def test_processes_without_a_rank_are_labelled_by_pid() -> None:
+    rows = thread(None, WAIT, pid=4243, source="dump.txt") + thread(None, WAIT, pid=4244,
+                                                                      source="dump.txt")
+    rows += thread(None, EVAL, pid=4242, source="dump.txt")
+    rows += thread(None, WAIT, pid=4245, source="dump.txt")
+    tree = build(frame(rows))
+    assert [c.label for c in tree.classes] == ["pids 4243,4244,4245", "pid 4242"]
+    assert tree.outliers[0].label == "pid 4242"
+
+
+def test_main_thread_is_the_pid_thread_then_mainthread_then_the_first() -> None:
+    other = [("run", "threading.py", 975)]
+    rows = thread(0, other, tid=7, name="worker", idle=True) + thread(0, WAIT, tid=1000)
+    rows += thread(1, other, tid=8, name="x") + thread(1, WAIT, tid=9, name="MainThread")
+    rows += thread(2, WAIT, tid=10, name=None) + thread(2, other, tid=11, name=None)
+    tree = build(frame(rows))
+    assert len(tree.classes) == 1 and tree.classes[0].label == "ranks 0-2"
+
+
+def test_other_threads_that_matter_are_merged_by_name() -> None:
+    pin = [("_worker", "torch/utils/data/_utils/pin_memory.py", 50), ("run", "threading.py", 975)]
+    rows = []
+    for rank in range(4):
+        rows += thread(rank, WAIT)
+        rows += thread(rank, pin, tid=9000 + rank, name="pin_memory", idle=rank % 2 == 1)
+        rows += thread(rank, [("wait", "threading.py", 300)], tid=9100 + rank, name="idle_one")
+    tree = build(frame(rows))
+    assert tree.threads is not None
+    assert [(c.label, c.threads) for c in tree.threads.classes] == [("ranks 0,2", ("pin_memory",))]
+    (node,) = tree.threads.root.children
+    assert node.thread == "pin_memory" and node.frames == ()
+    everything = build(frame(rows), all_threads=True)
+    assert everything.threads is not None
+    assert {c.threads[0] for c in everything.threads.classes} == {"pin_memory", "idle_one"}
+
+
+def test_agents_and_dataloader_workers_go_to_their_own_trees() -> None:
+    agent = [("_invoke_run", "torch/distributed/elastic/agent/server/api.py", 923)]
+    loader = [("_worker_loop", "torch/utils/data/_utils/worker.py", 300)]
+    rows = [r for rank in range(3) for r in thread(rank, WAIT)]
+    rows += thread(None, agent, pid=50, source="agent.json")
+    rows += thread(None, loader, pid=60, source="dl.json")
+    processes = pl.DataFrame(
+        [{"bundle": "b", "host": "n1", "pid": 50, "ppid": 1, "role": "agent", "rank": None,
+          "local_rank": None, "world_size": None, "stack_status": "ok"},
+         {"bundle": "b", "host": "n1", "pid": 60, "ppid": 1000, "role": "dataloader",
+          "rank": None, "local_rank": None, "world_size": None, "stack_status": "ok"}]
+        + [{"bundle": "b", "host": "n1", "pid": 1000 + r, "ppid": 50, "role": "worker",
+            "rank": r, "local_rank": r, "world_size": 3, "stack_status": "ok"} for r in range(3)],
+        schema={"bundle": pl.String, "host": pl.String, "pid": pl.Int64, "ppid": pl.Int64,
+                "role": pl.String, "rank": pl.Int64, "local_rank": pl.Int64,
+                "world_size": pl.Int64, "stack_status": pl.String})
+    tree = build(frame(rows), processes)
+    assert tree.label == "ranks 0-2" and len(tree.classes) == 1
+    assert set(tree.side) == {"agent", "dataloader"}
+    assert tree.side["agent"].label == "pid 50" and tree.side["dataloader"].label == "pid 60"
+    assert tree.side["agent"].procs[0].role == "agent"
+    kept = build(frame(rows), processes, side_roles=())
+    assert kept.side == {} and len(kept.procs) == 5
+
+
+def test_function_granularity_merges_lines_of_one_function() -> None:
+    a = [("step", "train.py", 10), ("main", "train.py", 48)]
+    b = [("step", "train.py", 11), ("main", "train.py", 48)]
+    rows = thread(0, a) + thread(1, b)
+    assert len(build(frame(rows)).classes) == 2
+    merged = build(frame(rows), granularity="function")
+    assert len(merged.classes) == 1 and merged.classes[0].frames[0].line is None
+
+
+def test_to_dict_is_json_and_mirrors_the_tree() -> None:
+    rows = [r for rank in (0, 1, 3) for r in thread(rank, WAIT)] + thread(2, EVAL)
+    data = json.loads(json.dumps(build(frame(rows)).to_dict()))
+    assert data["processes"] == 4 and data["outliers"] == ["S2"]
+    assert data["classes"][1]["user_frame"] == {"func": "evaluate", "file": "train.py",
+                                                "line": 30}
+    top = data["tree"]["children"][0]
+    assert top["label"] == "ranks 0-3" and [c["count"] for c in top["children"]] == [3, 1]
+
+
+def test_empty_stacks_make_an_empty_tree() -> None:
+    tree = build(pl.DataFrame(schema=STACK_SCHEMA))
+    assert tree.procs == [] and tree.classes == [] and tree.root.children == []
+    out = io.StringIO()
+    stacks_text.render(Console(file=out), tree)
+    assert out.getvalue() == ""
+
+
+def test_labels_stay_short_for_scattered_ranks() -> None:
+    procs = [stacktree.Proc("s", None, None, r, None, None, None, True, False)
+             for r in range(0, 4096, 2)]
+    assert who(procs) == "ranks 0,2,4,6,8,10,12,…,4094 (2048 ranks)"
+    assert short_ranks([5]) == "5" and short_ranks(range(10)) == "0-9"
+
+
+def test_from_job_reads_pyspy_dumps(tmp_path: Path) -> None:
+    for rank, frames in ((0, WAIT), (1, WAIT), (2, EVAL)):
+        body = "".join(f"    {f} ({fl}:{ln})\n" for f, fl, ln in frames)
+        (tmp_path / f"stack_rank{rank}.txt").write_text(
+            f"Process {4240 + rank}: python -u train.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n"
+            f'Thread {4240 + rank} (idle): "MainThread"\n{body}')
+    tree = stacktree.from_job(load([tmp_path]))
+    assert [c.label for c in tree.classes] == ["ranks 0-1", "rank 2"]
+    assert tree.outliers[0].user_frame is not None
+    assert tree.outliers[0].user_frame.func == "evaluate"
+
+
+def test_terminal_tree_prints_log_text_literally() -> None:
+    hostile = [("[bold red]boom[/]", "train.py", 1), ("main", "train.py", 2)]
+    rows = [r for rank in (0, 1, 2) for r in thread(rank, WAIT)] + thread(3, hostile)
+    out = io.StringIO()
+    stacks_text.render(Console(file=out, width=120, color_system=None), build(frame(rows)))
+    text = out.getvalue()
+    assert "[bold red]boom[/]" in text and "OUTLIER" in text
+    assert "ranks 0-2" in text and "waiting in all_reduce" in text
+
+
+def synthetic_stacks(n: int, depth: int = 40, odd: int = 1234,
+                     distinct: bool = False) -> pl.DataFrame:
+    """``n`` ranks' main threads, ``depth`` frames each; rank ``odd`` in evaluate."""
+    cols: dict[str, list[Any]] = {k: [] for k in STACK_SCHEMA}
+    for r in range(n):
+        inner = [("evaluate", "train.py", 30)] if r == odd else WAIT[:2]
+        layers = [("forward", f"model/layer{i}.py", 100 + (r if distinct else 0))
+                  for i in range(depth - len(inner) - 2)]
+        frames = [*inner, *layers, ("main", "train.py", 48), ("<module>", "train.py", 60)]
+        for d, (f, fl, ln) in enumerate(frames):
+            for k, v in zip(STACK_SCHEMA, (f"rank{r}.txt", f"n{r // 8}", 10000 + r, r, r % 8,
+                                           10000 + r, "MainThread", True, False, d, f, fl, ln),
+                            strict=True):
+                cols[k].append(v)
+    return pl.DataFrame(cols, schema=STACK_SCHEMA)
+
+
+@pytest.mark.parametrize("distinct", [False, True], ids=["one-outlier", "all-distinct"])
+def test_4096_ranks_by_40_frames_is_fast(distinct: bool) -> None:
+    stacks = synthetic_stacks(4096, 40, distinct=distinct)
+    t0 = time.perf_counter()
+    tree = build(stacks)
+    elapsed = time.perf_counter() - t0
+    assert len(tree.procs) == 4096
+    if distinct:
+        assert len(tree.classes) == 4096 and tree.outliers == []
+    else:
+        assert [c.label for c in tree.outliers] == ["rank 1234"]
+        assert tree.classes[0].label == "ranks 0-1233,1235-4095"
+    assert elapsed < (8.0 if distinct else 3.0), elapsed  # ~0.2 s / ~1.5 s on 2 cores
