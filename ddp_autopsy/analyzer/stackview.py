@@ -20,6 +20,7 @@ LIBRARY_FILE = re.compile(
     r"(?:^|/)(?:torch|torchvision|numpy|lightning|pytorch_lightning|deepspeed|accelerate|"
     r"transformers|threading|multiprocessing|concurrent|queue|selectors|socket|asyncio|"
     r"importlib|runpy|contextlib|functools|site-packages/[^/]+)/|^<frozen|python3\.\d+/[^/]+\.py$"
+    r"|^(?:threading|queue|selectors|socket|subprocess|runpy|contextlib|functools|selectors)\.py$"
 )
 DATA_LOADING = re.compile(r"torch/utils/data/")
 PLACES = (

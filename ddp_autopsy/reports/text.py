@@ -81,6 +81,13 @@ def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = N
             console.print(line, soft_wrap=True)
             _evidence(console, f, "       ", limit=1)
 
+    if job.stacks.height:
+        from ddp_autopsy.analyzer import stacktree
+        from ddp_autopsy.reports import stacks_text
+
+        console.print()
+        stacks_text.render(console, stacktree.from_job(job))
+
     skipped = [o for o in analysis.outcomes if o.status in ("not_evaluated", "errored")]
     if job.notes or skipped:
         console.print()

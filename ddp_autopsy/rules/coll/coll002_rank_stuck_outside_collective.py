@@ -53,27 +53,11 @@ Thread 4244 (idle): "MainThread"
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 
-import polars as pl
-
+from ddp_autopsy.analyzer import stacktree
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.analyzer.stackview import RankStack, main_threads
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
-
-
-def _worker_stacks(job: Job) -> list[RankStack]:
-    stacks = main_threads(job.stacks)
-    if job.processes.height:
-        agents = set(job.processes.filter(pl.col("role").is_in(["agent", "dataloader", "other"]))
-                     ["pid"].to_list())
-        stacks = [s for s in stacks if s.pid not in agents]
-    return stacks
-
-
-def _label(s: RankStack) -> str:
-    return f"rank {s.rank}" if s.rank is not None else f"pid {s.pid}"
 
 
 class RankStuckOutsideCollective(Rule):
@@ -83,43 +67,49 @@ class RankStuckOutsideCollective(Rule):
     inputs = ("stacks",)
 
     def check(self, job: Job) -> Iterator[Finding]:
-        stacks = _worker_stacks(job)
-        if len(stacks) < 2:
+        tree = stacktree.from_job(job)
+        if len(tree) < 2:
             return
-        waiting = [s for s in stacks if s.collective is not None]
-        outside = [s for s in stacks if s.collective is None]
-        if not waiting or not outside or len(outside) > len(waiting):
+        waiting = [c for c in tree.classes if c.collective is not None]
+        outside = [c for c in tree.classes if c.collective is None]
+        n_wait = sum(c.size for c in waiting)
+        n_out = sum(c.size for c in outside)
+        if not waiting or not outside or n_out > n_wait:
             return
-        ops = Counter(s.collective.func for s in waiting if s.collective)
-        op = ops.most_common(1)[0][0]
+        top = max(waiting, key=lambda c: c.size)
+        op = top.collective.func if top.collective else "a collective"
+        procs = [p for c in outside for p in tree.members(c.members)]
         places = []
-        for s in outside:
-            frame = s.user_frame
+        for c in outside:
+            frame = c.user_frame
             where = f"{frame.func} ({frame.file}:{frame.line})" if frame else "an unknown frame"
-            kind = f" ({s.place})" if s.place else ""
-            places.append(f"{_label(s)} is in {where}{kind}")
-        ranks = [s.rank for s in outside]
-        who = rank_phrase([r for r in ranks if r is not None]) if all(
-            r is not None for r in ranks) else ", ".join(_label(s) for s in outside)
+            kind = f" ({c.place})" if c.place else ""
+            places.append(f"{stacktree.who(tree.members(c.members))} is in {where}{kind}")
+        ranks = [p.rank for p in procs]
+        who = rank_phrase([r for r in ranks if r is not None]) if None not in ranks \
+            else stacktree.who(procs)
         evidence = []
-        for s in outside[:2] + waiting[:1]:
-            frame = s.user_frame if s.collective is None else s.collective
-            evidence.append(Evidence(path=s.source, line=None, rank=s.rank, host=s.host,
-                                     text=f"{_label(s)} (pid {s.pid}): {frame}"))
+        for c in [*outside[:2], top]:
+            p = tree.members(c.members)[0]
+            frame = c.collective or c.user_frame
+            evidence.append(Evidence(path=p.source, line=None, rank=p.rank, host=p.host,
+                                     text=f"{p.label} (pid {p.pid}): {frame}"))
         first = outside[0].user_frame
         yield self.finding(
-            f"{who[0].upper()}{who[1:]} never reached the collective: {len(waiting)} of "
-            f"{len(stacks)} ranks wait in {op} while {'; '.join(places)}.",
+            f"{who[0].upper()}{who[1:]} never reached the collective: {n_wait} of "
+            f"{len(tree)} ranks wait in {op} while {'; '.join(places)}.",
             evidence=evidence,
             ranks=ranks,
-            hosts=[s.host for s in outside],
-            confidence=0.85 if len(waiting) >= 2 else 0.7,
+            hosts=[p.host for p in procs],
+            confidence=0.85 if n_wait >= 2 else 0.7,
             details={
                 "collective": op,
                 "frame": first.func if first else None,
                 "file": first.file if first else None,
                 "line": first.line if first else None,
                 "place": outside[0].place,
-                "waiting_ranks": sorted(s.rank for s in waiting if s.rank is not None),
+                "stack_class": outside[0].id,
+                "waiting_ranks": sorted(p.rank for c in waiting for p in tree.members(c.members)
+                                        if p.rank is not None),
             },
         )
