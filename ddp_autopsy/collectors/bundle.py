@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 from ddp_autopsy.collectors.redact import redact_obj, redact_text
 
 SCHEMA = "ddp-autopsy/bundle/1"
-MIN_BUDGET_S = 0.05  # below this an action is not started at all
+MIN_BUDGET_S = 0.001  # below this an action is not started at all
 
 # Action / stack statuses; "timeout" and "absent" are different facts.
 OK, TIMEOUT, ERROR, SKIPPED, ABSENT = "ok", "timeout", "error", "skipped", "absent"
@@ -45,7 +45,8 @@ class Deadline:
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self._end = time.monotonic() + seconds
+        self.started = time.monotonic()
+        self._end = self.started + seconds
 
     def remaining(self) -> float:
         return max(0.0, self._end - time.monotonic())
@@ -55,37 +56,6 @@ class Deadline:
 
     def budget(self, step_timeout: float) -> float:
         return min(step_timeout, self.remaining())
-
-
-@dataclass
-class Bounded(Generic[T]):
-    """Outcome of :func:`run_bounded`: ``done`` is False when the call was abandoned."""
-
-    done: bool
-    value: T | None = None
-    error: BaseException | None = None
-
-
-def run_bounded(fn: Callable[[], T], timeout: float, name: str = "probe") -> Bounded[T]:
-    """Run ``fn`` in a daemon thread and wait at most ``timeout`` seconds for it.
-
-    A daemon thread, not a pool worker: a call stuck in the kernel (``/proc`` of a D-state process,
-    a DNS lookup) must not keep the interpreter from exiting.
-    """
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # reported to the caller, never raised in the thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name=f"ddp-autopsy:{name}", daemon=True)
-    thread.start()
-    thread.join(max(timeout, 0.0))
-    if thread.is_alive():
-        return Bounded(done=False)
-    return Bounded(done=True, value=box.get("value"), error=box.get("error"))
 
 
 @dataclass
@@ -112,6 +82,38 @@ class Action:
                 "exit_code": self.exit_code, "started": self.started,
                 "duration_s": round(self.duration_s, 4), "timeout_s": self.timeout_s,
                 "timeout_hit": self.timeout_hit, "truncated": self.truncated, "error": self.error}
+
+
+@dataclass
+class Bounded(Generic[T]):
+    """Outcome of :func:`run_bounded`: ``done`` is False when the call was abandoned."""
+
+    done: bool
+    value: T | None = None
+    error: BaseException | None = None
+    action: Action | None = None  # the manifest record, once run through Bundle.probe
+
+
+def run_bounded(fn: Callable[[], T], timeout: float, name: str = "probe") -> Bounded[T]:
+    """Run ``fn`` in a daemon thread and wait at most ``timeout`` seconds for it.
+
+    A daemon thread, not a pool worker: a call stuck in the kernel (``/proc`` of a D-state process,
+    a DNS lookup) must not keep the interpreter from exiting.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # reported to the caller, never raised in the thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"ddp-autopsy:{name}", daemon=True)
+    thread.start()
+    thread.join(max(timeout, 0.0))
+    if thread.is_alive():
+        return Bounded(done=False)
+    return Bounded(done=True, value=box.get("value"), error=box.get("error"))
 
 
 @dataclass
@@ -217,8 +219,7 @@ class Bundle:
                                   error="deadline reached before this step started"))
 
     def command(self, name: str, argv: list[str], *, target: str | None, path: str | None,
-                step_timeout: float, max_bytes: int = 64 << 20,
-                keep_output_on_error: bool = True) -> CommandResult | None:
+                step_timeout: float, max_bytes: int = 64 << 20) -> CommandResult | None:
         """Run a command as an action and write its (redacted) stdout to ``path``.
 
         Returns ``None`` when skipped for the deadline. The caller may refine the record's
@@ -232,7 +233,7 @@ class Bundle:
         result = run_command(argv, timeout)
         written: str | None = None
         truncated = False
-        if path and result.stdout and (keep_output_on_error or result.exit_code == 0):
+        if path and result.stdout:  # also a failed or killed command's partial output
             data, truncated = cap_bytes(result.stdout, max_bytes)
             self.write_text(path, data.decode(errors="surrogateescape"))
             written = path
@@ -258,14 +259,16 @@ class Bundle:
         return result
 
     def probe(self, name: str, fn: Callable[[], T], *, target: str | None,
-              step_timeout: float, path: str | None = None, kind: str = "probe"
-              ) -> Bounded[T] | None:
+              step_timeout: float, path: str | None = None, kind: str = "probe",
+              grace_s: float = 0.0) -> Bounded[T] | None:
         """Run ``fn`` as a bounded action; when it finishes in time and ``path`` is given, write
-        its return value there as JSON. Returns ``None`` when skipped for the deadline."""
+        its return value there as JSON. Returns ``None`` when skipped for the deadline.
+        ``grace_s`` extends the timeout for a ``fn`` that stops itself at its budget."""
         timeout = self.budget(step_timeout)
         if timeout is None:
             self.skipped(name, kind, target, path)
             return None
+        timeout += grace_s
         started, t0 = now_iso(), time.monotonic()
         outcome = run_bounded(fn, timeout, name)
         action = Action(name=name, kind=kind, target=target, started=started,
@@ -279,6 +282,7 @@ class Bundle:
         elif path is not None:
             self.write_json(path, outcome.value)
             action.path = path
+        outcome.action = action
         self.record(action)
         return outcome
 

@@ -1,7 +1,8 @@
 """Host facts for ``host/host.json``: names, interfaces, /dev/shm, limits, kernel messages.
 
-Pure readers here; the commands (``ip -j addr``, ``nvidia-smi -q``, ``dmesg``) are run by the
-collector as timed actions and their output handed to the parsers below.
+The commands (``ip -j addr``, ``nvidia-smi -q``, ``dmesg``) run as timed actions
+(:func:`run_command`); :func:`write_host_json` then assembles ``host.json`` from their output and
+the pure readers below.
 """
 
 from __future__ import annotations
@@ -10,12 +11,23 @@ import json
 import os
 import platform
 import re
+import shutil
 import socket
 import struct
 from pathlib import Path
 from typing import Any
 
-from ddp_autopsy.collectors.bundle import run_bounded
+from ddp_autopsy.collectors import procs
+from ddp_autopsy.collectors.bundle import (
+    ABSENT,
+    ERROR,
+    PERMISSION_DENIED,
+    SKIPPED,
+    Action,
+    Bundle,
+    CommandResult,
+    run_bounded,
+)
 
 IFF_UP, IFF_LOOPBACK = 0x1, 0x8
 SYS_NET = Path("/sys/class/net")
@@ -27,6 +39,12 @@ _KERNEL_PATTERNS = {
     "segfault": re.compile(r"segfault at|general protection fault|traps:"),
 }
 MAX_KERNEL_LINES = 200
+# key → (action name, argv, bundle path of its stdout or None)
+COMMANDS: dict[str, tuple[str, list[str], str | None]] = {
+    "ip": ("ip addr", ["ip", "-j", "addr"], None),
+    "nvidia-smi": ("nvidia-smi", ["nvidia-smi", "-q"], "host/nvidia-smi.txt"),
+    "dmesg": ("dmesg", ["dmesg"], "host/dmesg.txt"),
+}
 
 
 def names(timeout: float) -> dict[str, Any]:
@@ -143,3 +161,47 @@ def kernel_messages(dmesg_text: str) -> dict[str, list[str]]:
                 found[kind].append(line.rstrip())
                 break
     return {k: v[-MAX_KERNEL_LINES:] for k, v in found.items()}
+
+
+# -- as collector actions ---------------------------------------------------------------------
+def run_command(bundle: Bundle, key: str, step: float) -> CommandResult | Action | None:
+    """Run one of :data:`COMMANDS`; a tool missing on this host is an ``absent`` action."""
+    name, argv, path = COMMANDS[key]
+    exe = shutil.which(argv[0])
+    if exe is None:
+        return bundle.record(Action(name=name, kind="command", target="host", command=argv,
+                                    status=ABSENT,
+                                    error=f"{argv[0]} not found on PATH"))
+    return bundle.command(name, [exe, *argv[1:]], target="host", path=path, step_timeout=step)
+
+
+def command_status(result: CommandResult | Action | None) -> str:
+    if result is None:
+        return SKIPPED
+    action = result if isinstance(result, Action) else result.action
+    return action.status if action else ERROR
+
+
+def write_host_json(bundle: Bundle, results: dict[str, CommandResult | Action | None], *,
+                    limits_pid: int | None, step: float) -> None:
+    """``host/host.json`` from the command results, as one bounded probe."""
+    ip_res = results.get("ip")
+    ip_json = ip_res.stdout if isinstance(ip_res, CommandResult) and ip_res.exit_code == 0 \
+        else None
+    dmesg = results.get("dmesg")
+    dmesg_status = command_status(dmesg)
+    if isinstance(dmesg, CommandResult) and dmesg.action is not None and dmesg_status == ERROR \
+            and b"not permitted" in dmesg.stderr.lower():
+        dmesg.action.status = dmesg_status = PERMISSION_DENIED  # dmesg_restrict
+
+    def facts() -> dict[str, Any]:
+        kern = kernel()
+        kern["dmesg"] = dmesg_status
+        kern["messages"] = kernel_messages(
+            dmesg.stdout.decode(errors="replace") if isinstance(dmesg, CommandResult) else "")
+        return {**names(min(step, 2.0)), "interfaces": interfaces(ip_json), "shm": shm(),
+                "limits": {"pid": limits_pid,
+                           "values": procs.read_limits(limits_pid) if limits_pid else {}},
+                "kernel": kern, "nvidia_smi": command_status(results.get("nvidia-smi"))}
+
+    bundle.probe("host facts", facts, target="host", step_timeout=step, path="host/host.json")

@@ -168,8 +168,8 @@ def _classify(table: dict[int, ProcSnapshot], children: dict[int, list[int]],
               roots: list[int]) -> list[Member]:
     """Members of the trees under ``roots`` (sibling roots for srun-style jobs)."""
     members: list[Member] = []
-    # (pid, worker pid above it or None, pid of its parent inside the job or None)
-    stack: list[tuple[int, int | None, int | None]] = [(r, None, None) for r in reversed(roots)]
+    # (pid, worker pid above it or None, role of its parent inside the job or None)
+    stack: list[tuple[int, int | None, str | None]] = [(r, None, None) for r in reversed(roots)]
     spawn_index: dict[int, int] = {}
     for root in roots:
         kids = [c for c in children.get(root, []) if is_spawn_child(table[c].cmdline)
@@ -177,7 +177,7 @@ def _classify(table: dict[int, ProcSnapshot], children: dict[int, list[int]],
         if not _is_rank_process(table[root], table):
             spawn_index.update({pid: i for i, pid in enumerate(sorted(kids))})
     while stack:
-        pid, worker_above, _ = stack.pop()
+        pid, worker_above, parent_role = stack.pop()
         snap = table[pid]
         env = _env(snap)
         rank, rank_source = _int(env.get("RANK")), "RANK" if "RANK" in env else None
@@ -185,7 +185,9 @@ def _classify(table: dict[int, ProcSnapshot], children: dict[int, list[int]],
             role = "other" if is_helper(snap.cmdline) else "dataloader"
         elif is_agent(snap.cmdline):
             role = "agent"
-        elif _is_rank_process(snap, table) or pid in spawn_index:
+        elif _is_rank_process(snap, table) or pid in spawn_index or (
+                parent_role == "agent" and snap.environ is None and not is_helper(snap.cmdline)):
+            # (a child of torchrun whose env we may not read is still one of its workers)
             role = "worker"
             if rank is None and _is_slurm_task(snap, table):
                 rank, rank_source = _int(env.get("SLURM_PROCID")), "SLURM_PROCID"
@@ -197,7 +199,7 @@ def _classify(table: dict[int, ProcSnapshot], children: dict[int, list[int]],
             spawn_index=spawn_index.get(pid) if role == "worker" else None,
             worker_pid=worker_above))
         below = pid if role == "worker" else worker_above
-        stack.extend((c, below, pid) for c in reversed(children.get(pid, [])) if c in table)
+        stack.extend((c, below, role) for c in reversed(children.get(pid, [])) if c in table)
     return members
 
 
@@ -235,7 +237,7 @@ def _build(table: dict[int, ProcSnapshot], children: dict[int, list[int]], roots
     run_id = first("TORCHELASTIC_RUN_ID") or first("SLURM_JOB_ID")
     if launcher == "torchrun":
         # An agent still in rendezvous has no workers yet: read its command line.
-        nnodes = _int(_cmdline_option(launcher_cmd, "--nnodes"))
+        nnodes = _int(_cmdline_option(launcher_cmd, "--nnodes") or "1")  # "1:4" (elastic): None
         nproc = _int(_cmdline_option(launcher_cmd, "--nproc-per-node", "--nproc_per_node"))
         if world_size is None and nnodes and nproc:
             world_size = nnodes * nproc
@@ -244,6 +246,10 @@ def _build(table: dict[int, ProcSnapshot], children: dict[int, list[int]], roots
                                                      "--master_addr")
         master_port = master_port or _int(_cmdline_option(launcher_cmd, "--master-port",
                                                           "--master_port"))
+        static = not any(a.startswith(("--rdzv-endpoint", "--rdzv_endpoint", "--standalone"))
+                         for a in launcher_cmd)
+        if static:  # torchrun's defaults for the static rendezvous
+            master_addr, master_port = master_addr or "127.0.0.1", master_port or 29500
     pids = tuple(m.pid for m in members)
     return JobCandidate(
         key=f"{launcher}-{launcher_pid}", launcher_pid=launcher_pid, pids=pids,
@@ -294,7 +300,6 @@ def find_jobs(table: dict[int, ProcSnapshot] | None = None) -> list[JobCandidate
     seeds = [s.pid for s in table.values() if s.pid != me and s.is_python and (
         is_agent(s.cmdline) or _is_rank_process(s, table)
         or (is_spawn_child(s.cmdline) and _torch_loaded(s.pid)))]
-    children = procs.children_map(table)
     jobs: dict[int, JobCandidate] = {}
     covered: set[int] = set()
     for seed in seeds:
@@ -308,7 +313,6 @@ def find_jobs(table: dict[int, ProcSnapshot] | None = None) -> list[JobCandidate
     # A job found from a deep seed may sit inside another one found later: keep the outer one.
     nested = {lp for lp, job in jobs.items()
               for other in jobs.values() if other is not job and lp in other.pids}
-    del children
     return [jobs[lp] for lp in sorted(jobs) if lp not in nested]
 
 

@@ -169,3 +169,22 @@ def endpoints(envs: Iterable[dict[str, str]], extra: Iterable[tuple[str, int | N
         seen.setdefault((addr, port), source)
     return [(a, p, s) for (a, p), s in seen.items()]
 
+
+
+def rdzv_endpoints(cmdline: Iterable[str]) -> list[tuple[str, int | None, str]]:
+    """torchrun's ``--rdzv-endpoint HOST[:PORT]`` (IPv6 in brackets) from its command line."""
+    args = list(cmdline)
+    out: list[tuple[str, int | None, str]] = []
+    for i, arg in enumerate(args):
+        value = None
+        if arg in ("--rdzv-endpoint", "--rdzv_endpoint") and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(("--rdzv-endpoint=", "--rdzv_endpoint=")):
+            value = arg.split("=", 1)[1]
+        if not value:
+            continue
+        host, sep, port = value.rpartition(":")
+        if not sep or "]" in port or (host.count(":") and not host.startswith("[")):
+            host, port = value, ""  # no port, or a bare IPv6 address
+        out.append((host.strip("[]"), int(port) if port.isdigit() else None, "rdzv-endpoint"))
+    return out

@@ -29,6 +29,7 @@ from ddp_autopsy.collectors.bundle import (
     NOT_PYTHON,
     OK,
     PERMISSION_DENIED,
+    SKIPPED,
     TIMEOUT,
     Bundle,
     CommandResult,
@@ -40,7 +41,7 @@ PTRACE_REMEDY = (
     "CAP_SYS_PTRACE (docker: --cap-add SYS_PTRACE; kubernetes: securityContext.capabilities.add "
     "[SYS_PTRACE]) and/or relax kernel.yama.ptrace_scope (sysctl kernel.yama.ptrace_scope=0)"
 )
-_DENIED = ("Permission denied", "Operation not permitted")
+_DENIED = ("permission denied", "operation not permitted")  # matched lower-cased
 _NOT_PYTHON = ("Failed to find python version", "Failed to find a python interpreter",
                "not a python process")
 
@@ -75,9 +76,12 @@ def classify(result: CommandResult, pid: int) -> tuple[str, str | None]:
     alive = procs.exists(pid)
     if not alive:
         return EXITED, "process exited before or during the dump"
-    if any(s in text for s in _DENIED):
+    if any(s in text.lower() for s in _DENIED):
         return PERMISSION_DENIED, PTRACE_REMEDY
     if any(s in text for s in _NOT_PYTHON):
+        if procs.is_python(procs.read_exe(pid), procs.read_cmdline(pid) or ()):
+            return ERROR, ("py-spy found no interpreter state in this Python process (starting "
+                           "up or shutting down?): " + (summarize_stderr(result.stderr) or ""))
         return NOT_PYTHON, summarize_stderr(result.stderr)
     return ERROR, summarize_stderr(result.stderr) or f"py-spy exited with {result.exit_code}"
 
@@ -100,7 +104,7 @@ def dump_process(bundle: Bundle, pyspy: str | None, pid: int, *, native: bool,
     json_res = _run(bundle, pyspy, pid, as_json=True, native=native, step_timeout=step_timeout,
                     path=f"{base}/stack.json")
     if json_res is None:
-        return StackDump(ERROR, "skipped: deadline reached", None, None, None)
+        return StackDump(SKIPPED, "deadline reached before the dump", None, None, None)
     status, error = classify(json_res, pid)
     json_path = _json_path(bundle, f"{base}/stack.json") if json_res.action and \
         json_res.action.path else None

@@ -16,6 +16,7 @@ Three layers, applied to environments, command lines, py-spy output and copied l
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -34,6 +35,7 @@ _NOT_SECRET = frozenset({"PWD", "OLDPWD", "NCCL_IB_PKEY", "TORCHELASTIC_USE_AGEN
 _NAME_SPLIT = re.compile(r"[^A-Za-z0-9]+")
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
     """True for env/flag/config names whose value should never leave the host."""
     upper = name.strip("-").upper()
@@ -45,55 +47,50 @@ def is_secret_name(name: str) -> bool:
                for part in _NAME_SPLIT.split(upper) if part)
 
 
-# Token formats, each bounded on the left so that e.g. "task-…" is not read as "sk-…".
-_B = r"(?<![A-Za-z0-9_\-])"
-_TOKEN_PATTERNS = [
-    _B + r"hf_[A-Za-z0-9]{30,}",
-    _B + r"gh[pousr]_[A-Za-z0-9]{30,}",
-    _B + r"github_pat_[A-Za-z0-9_]{22,}",
-    _B + r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])",
-    _B + r"sk-[A-Za-z0-9_\-]{20,}",
-    _B + r"xox[abposr]-[A-Za-z0-9\-]{10,}",
-    _B + r"AIza[0-9A-Za-z_\-]{35}",
-    _B + r"glpat-[A-Za-z0-9_\-]{20,}",
-    _B + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
-]
-_TOKENS = re.compile("|".join(_TOKEN_PATTERNS))
-_BEARER = re.compile(r"(?i)(\b(?:bearer|basic)\s+)([A-Za-z0-9._~+/\-]{8,}=*)")
+# Token formats, each led by a literal (fast to scan for) and run only when that literal occurs;
+# a match preceded by a word character or "-" is left alone ("task-…" is not "sk-…").
+_TOKENS = [(lit, re.compile(re.escape(lit) + rest)) for lit, rest in (
+    ("hf_", r"[A-Za-z0-9]{30,}"),
+    ("gh", r"[pousr]_[A-Za-z0-9]{30,}"),
+    ("github_pat_", r"[A-Za-z0-9_]{22,}"),
+    ("AKIA", r"[0-9A-Z]{16}(?![0-9A-Z])"),
+    ("ASIA", r"[0-9A-Z]{16}(?![0-9A-Z])"),
+    ("sk-", r"[A-Za-z0-9_\-]{20,}"),
+    ("xox", r"[abposr]-[A-Za-z0-9\-]{10,}"),
+    ("AIza", r"[0-9A-Za-z_\-]{35}"),
+    ("glpat-", r"[A-Za-z0-9_\-]{20,}"),
+    ("eyJ", r"[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+)]
+_BEARER = re.compile(r"(?i)(\b(?:bearer|basic)[ \t]+)([A-Za-z0-9._~+/\-]{8,}=*)")
 _URL_CREDS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@'\"]+:)([^@\s/'\"]+)(@)")
-# name=value / name: value / "name": "value"; the name check is done in _sub_assignment.
-_ASSIGNMENT = re.compile(
-    r"""(?P<q1>["']?)(?P<name>[A-Za-z_][A-Za-z0-9_.\-]*)(?P=q1)(?P<sep>[ \t]*(?:=|:)[ \t]*)"""
-    r"""(?P<q2>["']?)(?P<value>[^\s"',;&}\]]+)"""
-)
-# --hf-token VALUE (value separated by a space: the "=" form is handled by _ASSIGNMENT)
-_FLAG_VALUE = re.compile(
-    r"""(?P<flag>(?<![\w-])--?[A-Za-z][A-Za-z0-9_\-]*)(?P<sep> +)(?P<value>[^\s\-"'][^\s"']*)""")
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----")
+
+# Secret-named assignments in text. Both patterns start at a secret word, scanned for in
+# ASCII-lower-cased text (fast; offsets unchanged), and reach to the end of the value; the start
+# of the name is then found by looking left (_name_start), and the name judged as a whole.
+_SECRET_WORDS = ("token", "secret", "pass", "pwd", "credential", "auth", "private", "session",
+                 "cookie", "key", "signature")
+_WORDS_RE = "(?:" + "|".join(_SECRET_WORDS) + ")"
+#   name=value, name: value, "name": "value", --name=value
+_ASSIGNMENT = re.compile(_WORDS_RE + r"""[a-z0-9_.\-]*(?P<q1>["']?)[ \t]*[=:][ \t]*["']?"""
+                         r"""(?P<value>[^\s"',;&}\]]+)""")
+#   --name value
+_FLAG_VALUE = re.compile(_WORDS_RE + r"""[a-z0-9_\-]* +(?P<value>[^\s\-"'][^\s"']*)""")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_.-")
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 # Words that are secret-looking names on their own; other names need a separator (my_key, x-auth)
 # so that plain prose ("key: rank_0", "session: 3") in logs is left alone.
 _STRONG_WORDS = frozenset({"TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "CREDENTIALS",
                            "CREDENTIAL", "PRIVATEKEY"})
 
 
+@functools.lru_cache(maxsize=4096)  # log lines repeat the same few names
 def _text_name_is_secret(name: str) -> bool:
     bare = name.strip("-")
     if not is_secret_name(bare):
         return False
-    return bare.upper() in _STRONG_WORDS or bool(re.search(r"[_.\-]", bare))
-
-
-def _sub_assignment(m: re.Match[str]) -> str:
-    if not _text_name_is_secret(m["name"]) or m["value"] == MASK:
-        return m[0]
-    return f"{m['q1']}{m['name']}{m['q1']}{m['sep']}{m['q2']}{MASK}"
-
-
-def _sub_flag(m: re.Match[str]) -> str:
-    if not _text_name_is_secret(m["flag"]):
-        return m[0]
-    return f"{m['flag']}{m['sep']}{MASK}"
+    return bare.upper() in _STRONG_WORDS or any(c in bare for c in "_.-")
 
 
 def redact_text(text: str) -> str:
@@ -106,11 +103,59 @@ def redact_text(text: str) -> str:
 
 
 def _redact_flat(text: str) -> str:
-    text = _URL_CREDS.sub(lambda m: m[1] + MASK + m[3], text)
-    text = _TOKENS.sub(MASK, text)
-    text = _BEARER.sub(lambda m: m[1] + MASK, text)
-    text = _ASSIGNMENT.sub(_sub_assignment, text)
-    return _FLAG_VALUE.sub(_sub_flag, text)
+    if "://" in text and "@" in text:
+        text = _URL_CREDS.sub(lambda m: m[1] + MASK + m[3], text)
+    for literal, pattern in _TOKENS:
+        if literal in text:
+            text = pattern.sub(_sub_token, text)
+    lower = text.translate(_ASCII_LOWER)
+    if "bearer" in lower or "basic" in lower:
+        text = _BEARER.sub(lambda m: m[1] + MASK, text)
+        lower = text.translate(_ASCII_LOWER)
+    spans = _secret_values(lower)
+    if not spans:
+        return text
+    parts, pos = [], 0
+    for start, end in spans:
+        parts += [text[pos:start], MASK]
+        pos = end
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def _sub_token(m: re.Match[str]) -> str:
+    before = m.string[m.start() - 1] if m.start() else " "
+    return m[0] if before.isalnum() or before in "_-" else MASK
+
+
+def _name_start(lower: str, i: int) -> int:
+    while i > 0 and lower[i - 1] in _NAME_CHARS:
+        i -= 1
+    return i
+
+
+def _secret_values(lower: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of the values of secret-named assignments and ``--flag value`` pairs."""
+    if not any(word in lower for word in _SECRET_WORDS):
+        return []
+    spans = []
+    for m in _ASSIGNMENT.finditer(lower):
+        start = _name_start(lower, m.start())
+        quote = m["q1"]
+        if quote and (start == 0 or lower[start - 1] != quote):
+            continue  # a closing quote without its opening one: not a quoted name
+        if m["value"] != MASK and _text_name_is_secret(lower[start:m.start("q1")]):
+            spans.append((m.start("value"), m.end("value")))
+    for m in _FLAG_VALUE.finditer(lower):
+        start = _name_start(lower, m.start())
+        flag = lower[start:m.start("value")].rstrip(" ")
+        if flag.startswith("-") and _text_name_is_secret(flag):
+            spans.append((m.start("value"), m.end("value")))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):  # an assignment and a flag may claim the same value
+        if not merged or start >= merged[-1][1]:
+            merged.append((start, end))
+    return merged
 
 
 def _redact_pem(text: str, inside: bool) -> tuple[str, bool]:
@@ -129,12 +174,21 @@ def _redact_pem(text: str, inside: bool) -> tuple[str, bool]:
 
 
 class StreamRedactor:
-    """Redaction of a file read in chunks of whole lines (a PEM block may span chunks)."""
+    """Redaction of a file read in chunks of whole lines (a PEM block may span chunks).
 
-    def __init__(self) -> None:
+    ``maybe_inside``: reading starts mid-file, possibly inside a PEM block; if an END line comes
+    before any BEGIN line, everything up to it is masked.
+    """
+
+    def __init__(self, *, maybe_inside: bool = False) -> None:
         self._in_pem = False
+        self._unknown = maybe_inside
 
     def __call__(self, chunk: str) -> str:
+        if self._unknown:
+            self._unknown = False
+            end, begin = _PEM_END.search(chunk), _PEM_BEGIN.search(chunk)
+            self._in_pem = bool(end and (not begin or end.start() < begin.start()))
         if self._in_pem or _PEM_BEGIN.search(chunk):
             chunk, self._in_pem = _redact_pem(chunk, self._in_pem)
         return _redact_flat(chunk)

@@ -1,0 +1,130 @@
+"""``ddp-autopsy collect``: the click command (registered by ``ddp_autopsy.cli``).
+
+Exit codes: 0 when a bundle was written (even a partial one), 2 for usage errors and when no (or
+no single) job was found, 1 when collection itself failed (the partial bundle is kept).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ddp_autopsy.collectors.collect import CollectOptions, CollectResult, collect
+from ddp_autopsy.collectors.jobs import CollectError
+
+
+@click.command("collect")
+@click.option("--pid", type=int, default=None,
+              help="The launcher (torchrun / mp.spawn parent) or any rank of the job.")
+@click.option("--job", "job_key", default=None,
+              help="Job key (as listed when several jobs run), launcher pid or run id.")
+@click.option("--logs", "log_paths", multiple=True, type=click.Path(path_type=Path),
+              help="Extra log file or directory to copy (repeatable).")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Bundle directory [default: ./ddp-autopsy-<host>-<timestamp>].")
+@click.option("--tar", is_flag=True, help="Also write <out>.tar.gz.")
+@click.option("--native", is_flag=True,
+              help="Native (C/C++) frames too; pauses each process briefly (ptrace).")
+@click.option("--deadline", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
+              help="Stop collecting after this many seconds, keeping what was gathered.")
+@click.option("--step-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Timeout of each single step (one py-spy dump, one command, one probe).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+def collect_command(pid: int | None, job_key: str | None, log_paths: tuple[Path, ...],
+                    out: Path | None, tar: bool, native: bool, deadline: float,
+                    step_timeout: float, fmt: str) -> None:
+    """Snapshot a hung or crashing distributed job on this host into a bundle directory.
+
+    Finds the job's processes, dumps every rank's Python stacks with py-spy (without pausing
+    them), records versions, environment (secrets redacted), host and network facts, and copies
+    logs and Flight Recorder dumps. Every step has a timeout; the job is never harmed.
+    """
+    if pid is not None and job_key is not None:
+        raise click.UsageError("give --pid or --job, not both")
+    opts = CollectOptions(pid=pid, job=job_key, out=out, logs=list(log_paths),
+                          deadline_s=deadline, step_timeout_s=step_timeout, native=native,
+                          tar=tar, progress=fmt == "text" and sys.stderr.isatty())
+    try:
+        result = collect(opts)
+    except CollectError as exc:
+        click.echo(f"ddp-autopsy collect: {exc}", err=True)
+        sys.exit(2)
+    except Exception as exc:  # the bundle (if any) keeps the traceback in its manifest
+        click.echo(f"ddp-autopsy collect failed: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(1)
+    if fmt == "json":
+        click.echo(json.dumps(summary(result), indent=2))
+    else:
+        click.echo(render_text(result))
+
+
+def summary(result: CollectResult) -> dict[str, Any]:
+    """The ``--format json`` document."""
+    m = result.manifest
+    return {
+        "bundle": str(result.bundle),
+        "tarball": str(result.tarball) if result.tarball else None,
+        "complete": m.get("complete"),
+        "job": m.get("job"),
+        "processes": len(m.get("processes", [])),
+        "stacks_ok": sum(p.get("stack_status") == "ok" for p in m.get("processes", [])),
+        "logs": len(m.get("logs", [])),
+        "fr_dumps": len(m.get("fr_dumps", [])),
+        "warnings": result.warnings,
+        "actions": dict(Counter(a["status"] for a in m.get("actions", []))),
+    }
+
+
+def render_text(result: CollectResult) -> str:
+    m = result.manifest
+    job = m.get("job", {})
+    processes = m.get("processes", [])
+    roles = Counter(p["role"] for p in processes)
+    stacks = Counter(p["stack_status"] for p in processes)
+    lines = [
+        f"Bundle: {result.bundle}" + (f"  (+ {result.tarball})" if result.tarball else ""),
+        f"Job {job.get('key')}: {job.get('launcher')}, launcher pid {job.get('launcher_pid')}, "
+        f"world size {job.get('world_size') if job.get('world_size') is not None else '?'}, "
+        f"master {job.get('master_addr')}:{job.get('master_port')}",
+        "Processes: " + ", ".join(f"{n} {role}" for role, n in sorted(roles.items())),
+        f"Stacks: {stacks.get('ok', 0)}/{len(processes)} ok"
+        + "".join(f", {n} {s}" for s, n in sorted(stacks.items()) if s != "ok"),
+        f"Logs: {len(m.get('logs', []))} file(s) copied"
+        f" ({sum(bool(entry.get('truncated')) for entry in m.get('logs', []))} truncated); "
+        f"Flight Recorder dumps: {len(m.get('fr_dumps', []))}",
+        *_probe_lines(result.bundle),
+        f"Took {m.get('duration_s')}s" + ("" if m.get("complete") else " (incomplete)"),
+    ]
+    if result.warnings:
+        lines.append("Warnings:")
+        lines.extend(f"  - {w}" for w in result.warnings)
+    lines.append(f"Next: ddp-autopsy analyze {result.bundle}")
+    return "\n".join(lines)
+
+
+def _probe_lines(bundle: Path) -> list[str]:
+    try:
+        probes = json.loads((bundle / "network" / "probe.json").read_text())
+    except (OSError, ValueError):
+        return []
+    lines = []
+    for p in probes:
+        where = f"{p.get('master_addr')}:{p.get('master_port')}"
+        if p.get("status") != "ok":
+            lines.append(f"Rendezvous {where}: probe {p.get('status')}")
+            continue
+        listening = ("listening here" + (f" (pid {p['holder_pid']})" if p.get("holder_pid")
+                                         else "")) if p.get("listening_here") else \
+            "not listening here"
+        conn = p.get("connect") or {}
+        lines.append(f"Rendezvous {where}: "
+                     + ("resolves" if p.get("resolves") else "does NOT resolve")
+                     + f", {listening}, connect "
+                     + ("ok" if conn.get("ok") else f"failed ({conn.get('error')})"))
+    return lines

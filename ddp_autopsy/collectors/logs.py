@@ -1,0 +1,258 @@
+"""Copying logs into ``logs/``: redacted, size-capped, originals never touched.
+
+Sources: ``--logs`` paths (files or directories), the regular files the job's stdout/stderr point
+to, and torchrun's ``--log-dir``. A file lands at ``logs/<its absolute path>`` (``/tmp/run/0.log``
+→ ``logs/tmp/run/0.log``); a deleted file a process still writes to is read through
+``/proc/PID/fd/N`` and lands at ``logs/deleted/<pid>-fd<N>-<name>``.
+
+Files larger than the cap keep their head and tail around one marker line::
+
+    [ddp-autopsy: 12345 bytes omitted from the middle of this file]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from ddp_autopsy.collectors.bundle import Bundle
+from ddp_autopsy.collectors.redact import StreamRedactor
+
+MAX_LOG_BYTES = 64 << 20
+MAX_DIR_FILES = 2000
+CHUNK = 1 << 20
+COPY_GRACE_S = 1.0
+
+
+@dataclass
+class LogSource:
+    source: str  # the original path, as reported
+    read_from: str  # where to read it (differs for deleted files)
+    dest: str  # bundle-relative
+    kinds: list[str] = field(default_factory=list)  # given | stdout | stderr | log_dir
+    pids: list[int] = field(default_factory=list)
+
+
+def bundle_path_for(source: str) -> str:
+    parts = [p for p in Path(source).parts if p not in ("/", "..", ".")]
+    return "logs/" + "/".join(parts)
+
+
+def _walk(root: Path, limit: int, errors: list[str]) -> list[Path]:
+    """Regular files below ``root`` (symlinks not followed), at most ``limit``; unreadable
+    directories are reported in ``errors``."""
+    out: list[Path] = []
+
+    def onerror(exc: OSError) -> None:
+        errors.append(f"{exc.filename}: {exc.strerror or exc}")
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=False):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = Path(dirpath, name)
+            try:
+                regular = path.is_file() and not path.is_symlink()
+            except OSError:
+                continue
+            if regular:
+                out.append(path)
+                if len(out) >= limit:
+                    return out
+    return out
+
+
+class LogPlan:
+    """The deduplicated set of files to copy."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, LogSource] = {}
+        self.notes: list[str] = []
+
+    def add_path(self, path: Path, kind: str, pid: int | None = None) -> None:
+        """A file, or every regular file below a directory."""
+        try:
+            path.stat()
+        except OSError as exc:
+            self.notes.append(f"{path}: {exc.strerror or exc}")
+            return
+        if path.is_dir():
+            files = _walk(path, MAX_DIR_FILES, self.notes)
+            if len(files) >= MAX_DIR_FILES:
+                self.notes.append(f"{path}: more than {MAX_DIR_FILES} files, the rest not copied")
+            for f in files:
+                self._add(str(f), str(f), kind, pid)
+        elif path.is_file():
+            self._add(str(path), str(path), kind, pid)
+        else:
+            self.notes.append(f"{path}: not found or not a regular file")
+
+    def add_fd(self, pid: int, fd: int, target: str | None, kind: str) -> None:
+        """The file behind a process's stdout/stderr, if it is a regular file."""
+        if not target or not target.startswith("/"):
+            return  # pipe:[…], socket:[…], anon_inode
+        if target.endswith(" (deleted)"):
+            name = Path(target.removesuffix(" (deleted)")).name
+            self._add(target, f"/proc/{pid}/fd/{fd}", kind, pid,
+                      dest=f"logs/deleted/{pid}-fd{fd}-{name}")
+            return
+        try:
+            if Path(target).is_file():
+                self._add(target, target, kind, pid)
+        except OSError as exc:
+            self.notes.append(f"{target} (fd {fd} of pid {pid}): {exc.strerror or exc}")
+
+    def _add(self, source: str, read_from: str, kind: str, pid: int | None,
+             dest: str | None = None) -> None:
+        key = source if read_from != source else os.path.realpath(source)
+        entry = self.sources.get(key)
+        if entry is None:
+            entry = self.sources[key] = LogSource(source, read_from,
+                                                  dest or bundle_path_for(key))
+        if kind not in entry.kinds:
+            entry.kinds.append(kind)
+        if pid is not None and pid not in entry.pids:
+            entry.pids.append(pid)
+
+
+def log_dirs_from_cmdline(cmdline: Iterable[str], cwd: str | None) -> list[Path]:
+    """torchrun's ``--log-dir DIR`` / ``--log_dir=DIR`` (relative to the agent's cwd)."""
+    args = list(cmdline)
+    found = []
+    for i, arg in enumerate(args):
+        value = None
+        if arg in ("--log-dir", "--log_dir") and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(("--log-dir=", "--log_dir=")):
+            value = arg.split("=", 1)[1]
+        if value:
+            path = Path(value)
+            found.append(path if path.is_absolute() or not cwd else Path(cwd) / path)
+    return found
+
+
+@dataclass
+class CopyResult:
+    size: int  # of the source when copying started
+    copied: int  # bytes read from the source
+    truncated: bool
+    stopped_early: bool  # the deadline or a cancel cut the copy short
+
+
+def _next_line_start(fin: BinaryIO, pos: int) -> int:
+    """The first line start at or after ``pos``."""
+    if pos <= 0:
+        return 0
+    fin.seek(pos - 1)
+    if fin.read(1) == b"\n":
+        return pos
+    fin.readline()
+    return fin.tell()
+
+
+def _head_end(fin: BinaryIO, limit: int) -> int:
+    """The last line end within the first ``limit`` bytes (``limit`` itself if none)."""
+    fin.seek(0)
+    cut = fin.read(limit).rfind(b"\n")
+    return cut + 1 if cut != -1 else limit
+
+
+def _copy_span(fin: BinaryIO, fout: BinaryIO, start: int, end: int, redact: StreamRedactor,
+               stop_at: float) -> tuple[int, bool]:
+    """Copy ``[start, end)`` in chunks of whole lines; returns ``(bytes copied, stopped)``."""
+    fin.seek(start)
+    pos = start
+    while pos < end:
+        if time.monotonic() > stop_at:
+            return pos - start, True
+        chunk = fin.read(min(CHUNK, end - pos))
+        if not chunk:
+            break
+        if pos + len(chunk) < end and (cut := chunk.rfind(b"\n")) != -1:
+            chunk = chunk[:cut + 1]  # redaction sees whole lines
+            fin.seek(pos + len(chunk))
+        pos += len(chunk)
+        text = chunk.decode("utf-8", errors="surrogateescape")
+        fout.write(redact(text).encode("utf-8", errors="surrogateescape"))
+    return pos - start, False
+
+
+def copy_log(src: str, dest: Path, *, limit: int, stop_at: float = float("inf")) -> CopyResult:
+    """Copy ``src`` to ``dest`` redacted; head + marker + tail when larger than ``limit``.
+
+    The tail is copied first: it is what a hang leaves behind, and a copy that reaches
+    ``stop_at`` (``time.monotonic()``) keeps it and loses (part of) the head instead, with a marker.
+    Opened read-only and non-blocking (a FIFO swapped in for the file must not block us); stops at
+    the size seen at open time, so a log still being written does not keep the copy going.
+    """
+    fd = os.open(src, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    with os.fdopen(fd, "rb") as fin:
+        st = os.fstat(fin.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{src}: not a regular file")
+        size = st.st_size
+        tail_start = _next_line_start(fin, size - limit // 2)
+        head_end = min(tail_start, size if size <= limit else _head_end(fin, limit // 2))
+        tmp, tmp_tail = dest.with_name(f".{dest.name}.tmp"), dest.with_name(f".{dest.name}.tail")
+        try:
+            with open(tmp_tail, "w+b") as ftail, open(tmp, "wb") as fout:
+                # A PEM block may have begun before the tail: the redactor finds out.
+                tail, stopped = _copy_span(fin, ftail, tail_start, size,
+                                           StreamRedactor(maybe_inside=tail_start > 0), stop_at)
+                if stopped:
+                    ftail.write(b"\n[ddp-autopsy: the copy ran out of time here; the rest of "
+                                b"this file is missing]\n")
+                head = 0
+                if not stopped:
+                    head, stopped = _copy_span(fin, fout, 0, head_end, StreamRedactor(), stop_at)
+                if head < tail_start:
+                    why = " (the copy ran out of time)" if stopped else ""
+                    fout.write(f"[ddp-autopsy: {tail_start - head} bytes omitted from the middle "
+                               f"of this file{why}]\n".encode())
+                ftail.seek(0)
+                shutil.copyfileobj(ftail, fout)
+            os.replace(tmp, dest)
+        finally:
+            for leftover in (tmp, tmp_tail):
+                leftover.unlink(missing_ok=True)
+    copied = head + tail
+    return CopyResult(size=size, copied=copied, truncated=copied < size, stopped_early=stopped)
+
+
+def copy_all(bundle: Bundle, plan: LogPlan, *, step_timeout: float,
+             limit: int = MAX_LOG_BYTES) -> list[dict[str, object]]:
+    """Copy every planned file as a ``file`` action; returns the manifest ``logs`` entries.
+
+    A copy stops itself at its budget and keeps what it has; the action's own timeout is one
+    grace second longer, so only a copy stuck in the kernel (a dead NFS mount) is abandoned.
+    """
+    entries: list[dict[str, object]] = []
+    for src in plan.sources.values():
+        budget = bundle.budget(step_timeout)
+        if budget is None:
+            bundle.skipped("copy log", "file", src.source, src.dest)
+            continue
+        dest = bundle.path(src.dest)
+        stop_at = time.monotonic() + budget
+        outcome = bundle.probe(
+            "copy log", lambda src=src, dest=dest, stop_at=stop_at: copy_log(
+                src.read_from, dest, limit=limit, stop_at=stop_at),
+            target=src.source, step_timeout=budget, grace_s=COPY_GRACE_S, kind="file")
+        action = outcome.action if outcome is not None else None
+        result = outcome.value if outcome and outcome.done and outcome.error is None else None
+        if action is None or result is None:
+            continue
+        action.path = src.dest
+        action.truncated = result.truncated
+        if result.stopped_early:
+            action.status, action.timeout_hit = "timeout", True
+            action.error = "copy stopped at its time budget (the tail is kept)"
+        entries.append({"source": src.source, "path": src.dest, "size": result.size,
+                        "copied": result.copied, "truncated": result.truncated,
+                        "kinds": src.kinds, "pids": src.pids})
+    return entries

@@ -1,0 +1,748 @@
+"""Tests of ``ddp_autopsy.collectors``: unit tests of the parts, then real hung Gloo jobs (torchrun
+and mp.spawn, CPU only) collected for real — no mocks of what can run here."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import pickle
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from ddp_autopsy.collectors import (
+    CollectError,
+    CollectOptions,
+    Member,
+    collect,
+    collect_job,
+    find_jobs,
+    flight_recorder,
+    job_for_pid,
+    jobs,
+    logs,
+    network,
+    versions,
+)
+from ddp_autopsy.collectors import bundle as bundle_mod
+from ddp_autopsy.collectors.command import collect_command
+from ddp_autopsy.collectors.redact import (
+    MASK,
+    StreamRedactor,
+    is_secret_name,
+    redact_argv,
+    redact_env,
+    redact_obj,
+    redact_text,
+)
+
+try:
+    from tests import collect_helpers as h
+except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
+    import collect_helpers as h  # type: ignore[no-redef]
+
+HF_TOKEN, PEM_BODY, PLANTED = h.HF_TOKEN, h.PEM_BODY, h.PLANTED
+SECRET_URL, SECRET_VALUE, URL_PASSWORD = h.SECRET_URL, h.SECRET_VALUE, h.URL_PASSWORD
+frame_names, main_thread, wait_for = h.frame_names, h.main_thread, h.wait_for
+
+READY_TIMEOUT_S = 120.0
+
+# -- redaction ---------------------------------------------------------------------------------
+
+
+def test_redact_env_masks_secret_names_and_url_credentials() -> None:
+    env = {"HF_TOKEN": HF_TOKEN, "MY_SECRET_KEY": SECRET_VALUE, "WANDB_API_KEY": "0123abcd",
+           "AWS_SECRET_ACCESS_KEY": "x/y+z", "DB_PASSWORD": "pw", "DATA_URL": SECRET_URL,
+           "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500", "PWD": "/home/u",
+           "NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_PKEY": "0"}
+    out = redact_env(env)
+    for name in ("HF_TOKEN", "MY_SECRET_KEY", "WANDB_API_KEY", "AWS_SECRET_ACCESS_KEY",
+                 "DB_PASSWORD"):
+        assert out[name] == MASK, name
+    assert out["DATA_URL"] == f"https://alice:{MASK}@data.example.com/shards"
+    for kept in ("MASTER_ADDR", "MASTER_PORT", "PWD", "NCCL_SOCKET_IFNAME", "NCCL_IB_PKEY"):
+        assert out[kept] == env[kept]
+
+
+@pytest.mark.parametrize("name,secret", [
+    ("HF_TOKEN", True), ("GITHUB_TOKEN", True), ("x-auth-token", True), ("api_key", True),
+    ("SESSION_ID", True), ("MASTER_PORT", False), ("RANK", False), ("LOCAL_WORLD_SIZE", False),
+    ("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", False), ("PWD", False),
+])
+def test_secret_names(name: str, secret: bool) -> None:
+    assert is_secret_name(name) is secret
+
+
+def test_redact_text_known_token_formats_and_assignments() -> None:
+    text = (f"token={HF_TOKEN} gh=ghp_{'a' * 36} aws=AKIAABCDEFGHIJKLMNOP "
+            f"openai=sk-proj-{'b' * 30} jwt=eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.c2lnbmF0dXJlMTIz "
+            f"Authorization: Bearer abcdefghijklmnop url={SECRET_URL} MY_SECRET_KEY={SECRET_VALUE}"
+            f" --hf-token {HF_TOKEN}")
+    out = redact_text(text)
+    for leaked in (HF_TOKEN, "ghp_", "AKIA", "sk-proj", "eyJ", "abcdefghijklmnop", URL_PASSWORD,
+                   SECRET_VALUE):
+        assert leaked not in out, leaked
+    assert out.count(MASK) >= 9
+    assert redact_text(out) == out  # idempotent
+
+
+def test_redact_text_leaves_ordinary_log_lines_alone() -> None:
+    lines = [
+        "[rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] Watchdog caught collective",
+        "W0409 07:28:49.531000 1359 torch/distributed/elastic/multiprocessing/api.py:897] Sending",
+        "MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 RANK=3", "Timed out waiting for key rank_3",
+        "  File \"/home/u/task-abcdefghijklmnopqrstuvwxyz/train.py\", line 3, in <module>",
+    ]
+    for line in lines:
+        assert redact_text(line) == line
+
+
+def test_redact_argv_masks_split_flag_values() -> None:
+    argv = ["python", "train.py", "--hf-token", "plainvalue", "--password=pw", "--lr", "0.1",
+            "--data", SECRET_URL]
+    out = redact_argv(argv)
+    assert out[3] == MASK and out[4] == f"--password={MASK}" and out[5:7] == ["--lr", "0.1"]
+    assert URL_PASSWORD not in " ".join(out)
+
+
+def test_redaction_keeps_json_valid() -> None:
+    doc = {"cmd": f"run --token {HF_TOKEN}", "api_key": "zzz", "nested": [f"x={SECRET_URL}"]}
+    text = json.dumps(doc)
+    assert json.loads(redact_text(text))["cmd"] == f"run --token {MASK}"
+    obj = redact_obj(doc)
+    assert obj["api_key"] == MASK and URL_PASSWORD not in json.dumps(obj)
+
+
+def test_stream_redactor_masks_pem_blocks_across_chunks() -> None:
+    redact = StreamRedactor()
+    first = "start\n-----BEGIN RSA PRIVATE KEY-----\n" + PEM_BODY + "\n"
+    second = PEM_BODY + "\n-----END RSA PRIVATE KEY-----\nafter\n"
+    out = redact(first) + redact(second)
+    assert PEM_BODY not in out
+    assert out.endswith("-----END RSA PRIVATE KEY-----\nafter\n") and "start\n" in out
+
+
+# -- /proc/net/tcp and the endpoint probe -------------------------------------------------------
+
+
+def test_proc_net_tcp_parsing_on_real_sockets() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as client:
+            peer, _ = server.accept()
+            with peer:
+                sockets = network.tcp_sockets()
+                listening = [s for s in sockets if s.local_port == port and s.state == "LISTEN"]
+                assert [(s.local_addr, s.uid) for s in listening] == [("127.0.0.1", os.getuid())]
+                established = [s for s in sockets if s.state == "ESTABLISHED"
+                               and s.local_port == client.getsockname()[1]]
+                assert established and established[0].remote_port == port
+                assert established[0].remote_addr == "127.0.0.1"
+                owners = network.socket_owners({listening[0].inode}, first=[os.getpid()])
+                assert owners == {listening[0].inode: os.getpid()}
+
+
+def test_proc_net_tcp6_parsing() -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    with socket.socket(socket.AF_INET6) as server:
+        try:
+            server.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no ::1")
+        server.listen()
+        port = server.getsockname()[1]
+        found = network.listeners(port)
+        assert [s.local_addr for s in found] == ["::1"]
+
+
+def test_probe_endpoint_listening_and_closed() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        entry = network.probe_endpoint("localhost", port, [os.getpid()], timeout=5)
+    assert entry["resolves"] is True and "127.0.0.1" in entry["addresses"]
+    assert entry["listening_here"] is True and entry["holder_pid"] == os.getpid()
+    assert entry["connect"]["ok"] is True
+    closed = network.probe_endpoint("127.0.0.1", port, [], timeout=5)  # the socket is closed now
+    assert closed["listening_here"] is False and closed["holder_pid"] is None
+    assert closed["connect"]["ok"] is False and "Refused" in closed["connect"]["error"]
+    bad = network.probe_endpoint("no-such-host.invalid", 29500, [], timeout=3)
+    assert bad["resolves"] in (False, None) and bad["connect"]["ok"] is False
+
+
+# -- the action framework -----------------------------------------------------------------------
+
+
+def test_run_command_timeout_kills_and_keeps_partial_output() -> None:
+    start = time.monotonic()
+    res = bundle_mod.run_command(
+        [sys.executable, "-c", "import time; print('partial', flush=True); time.sleep(60)"], 1.5)
+    assert res.timeout_hit and res.stdout.strip() == b"partial"
+    assert time.monotonic() - start < 8
+
+
+def test_probe_timeout_and_deadline_are_recorded(tmp_path: Path) -> None:
+    b = bundle_mod.Bundle(tmp_path / "b", bundle_mod.Deadline(30))
+    out = b.probe("slow", lambda: time.sleep(5), target="t", step_timeout=0.2, path="slow.json")
+    assert out is not None and not out.done
+    action = b.actions[-1]
+    assert action.status == "timeout" and action.timeout_hit and action.path is None
+    assert not (tmp_path / "b" / "slow.json").exists()
+    missing = b.command("nope", ["/nonexistent/tool"], target="host", path="x.txt",
+                        step_timeout=1)
+    assert missing is not None and b.actions[-1].status == "absent"
+    expired = bundle_mod.Bundle(tmp_path / "c", bundle_mod.Deadline(0))
+    assert expired.command("late", ["true"], target=None, path=None, step_timeout=5) is None
+    assert expired.actions[-1].status == "skipped" and expired.actions[-1].timeout_hit is False
+    manifest = expired.write_manifest(complete=False, duration_s=0.0)
+    assert json.loads((tmp_path / "c" / "manifest.json").read_text()) == manifest
+
+
+# -- logs -----------------------------------------------------------------------------------------
+
+
+def test_copy_log_caps_head_and_tail_and_redacts(tmp_path: Path) -> None:
+    src = tmp_path / "big.log"
+    lines = [f"line {i} HF_TOKEN={HF_TOKEN}\n" if i in (0, 9999) else f"line {i} filler text\n"
+             for i in range(10000)]
+    src.write_text("".join(lines))
+    before = src.read_bytes()
+    dest = tmp_path / "out.log"
+    res = logs.copy_log(str(src), dest, limit=4096)
+    text = dest.read_text()
+    assert res.truncated and res.size == len(before)
+    assert text.startswith("line 0 HF_TOKEN=" + MASK) and text.endswith(f"line 9999 HF_TOKEN={MASK}\n")
+    assert "bytes omitted from the middle of this file]" in text and HF_TOKEN not in text
+    assert len(text) < 4096 + 200
+    assert src.read_bytes() == before  # the original is never touched
+    small = tmp_path / "small.log"
+    small.write_text(f"url={SECRET_URL}\n")
+    assert not logs.copy_log(str(small), tmp_path / "small.out", limit=4096).truncated
+    assert (tmp_path / "small.out").read_text() == f"url=https://alice:{MASK}@data.example.com/shards\n"
+
+
+def test_copy_log_keeps_the_tail_and_masks_a_pem_block_cut_by_the_cap(tmp_path: Path) -> None:
+    src = tmp_path / "pem.log"
+    filler = "".join(f"filler line {i}\n" for i in range(400))
+    src.write_text(filler + "-----BEGIN PRIVATE KEY-----\n" + f"{PEM_BODY}\n" * 200
+                   + "-----END PRIVATE KEY-----\nlast line\n")
+    size = src.stat().st_size
+    res = logs.copy_log(str(src), tmp_path / "out", limit=size - 2000)  # cut inside the block
+    text = (tmp_path / "out").read_text()
+    assert res.truncated and PEM_BODY not in text and text.endswith("last line\n")
+    late = logs.copy_log(str(src), tmp_path / "late", limit=1 << 20, stop_at=time.monotonic())
+    assert late.stopped_early and late.truncated and late.copied == 0
+    assert "ran out of time" in (tmp_path / "late").read_text()
+    assert not list(tmp_path.glob(".*"))  # no temp files left behind
+
+
+def test_log_dir_option_parsing() -> None:
+    assert logs.log_dirs_from_cmdline(["torchrun", "--log-dir", "out", "x.py"], "/w") == \
+        [Path("/w/out")]
+    assert logs.log_dirs_from_cmdline(["torchrun", "--log_dir=/abs", "x.py"], None) == \
+        [Path("/abs")]
+    assert logs.bundle_path_for("/tmp/run/../0.log") == "logs/tmp/run/0.log"
+
+
+# -- Flight Recorder ------------------------------------------------------------------------------
+
+
+def test_flight_recorder_pipe_outcomes(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe_0.pipe"
+    os.mkfifo(fifo)
+    assert flight_recorder.poke_pipe(str(fifo)) == "no_reader"
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        assert flight_recorder.poke_pipe(str(fifo)) == "triggered"
+        assert os.read(reader, 16) == b"1\n"
+    finally:
+        os.close(reader)
+    (tmp_path / "file.pipe").write_text("")
+    assert flight_recorder.poke_pipe(str(tmp_path / "file.pipe")) == "not_fifo"
+    assert flight_recorder.poke_pipe(str(tmp_path / "missing.pipe")) == "absent"
+
+
+def test_flight_recorder_plan() -> None:
+    plan = flight_recorder.plan([
+        (0, {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "/x/pipe_", "TORCH_FR_DUMP_TEMP_FILE": "/d/fr_",
+             "HOME": "/home/u"}),
+        (1, {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "/x/pipe_"}),
+    ])
+    assert plan.pipes == ["/x/pipe_0.pipe", "/x/pipe_1.pipe"]
+    assert plan.prefixes[0] == "/d/fr_"
+    assert "/tmp/nccl_trace_rank_" in plan.prefixes
+    assert "/home/u/.cache/torch/nccl_trace_rank_" in plan.prefixes
+
+
+# -- versions and roles ---------------------------------------------------------------------------
+
+
+def test_versions_from_maps(tmp_path: Path) -> None:
+    torch_dir = Path(torch.__file__).parent
+    site = tmp_path / "site-packages"
+    nccl = site / "nvidia" / "nccl" / "lib" / "libnccl.so.2"
+    nccl.parent.mkdir(parents=True)
+    (site / "nvidia_nccl_cu12-2.21.5.dist-info").mkdir()
+    maps = [f"{torch_dir}/lib/libtorch_cpu.so", str(nccl),
+            "/usr/lib/libcudart.so.12.4.127", "/usr/lib/libpython3.11.so.1.0"]
+    v = versions.versions(maps, "/usr/bin/python3.11", None)
+    assert v["torch"] == torch.__version__ and v["torch_cuda"] == torch.version.cuda
+    assert v["nccl"] == "2.21.5" and v["cuda"] == "12.4.127" and v["python"] == "3.11"
+    header = "Process 1: python x.py\nPython v3.12.4 (/usr/bin/python3.12)\n"
+    assert versions.versions([], None, header)["python"] == "3.12.4"
+
+
+@pytest.mark.parametrize("cmdline,agent", [
+    (["/v/bin/python", "/v/bin/torchrun", "--nproc-per-node", "2", "x.py"], True),
+    (["/v/bin/python", "-u", "-m", "torch.distributed.run", "x.py"], True),
+    (["python", "-m", "torch.distributed.launch", "x.py"], True),
+    (["python", "train.py", "--launcher", "torchrun"], False),
+    (["python", "-c", "import torch.distributed.run"], False),
+])
+def test_agent_detection(cmdline: list[str], agent: bool) -> None:
+    assert jobs.is_agent(cmdline) is agent
+
+
+def test_spawn_child_detection() -> None:
+    assert jobs.is_spawn_child(["python", "-c", "from multiprocessing.spawn import spawn_main; "
+                                "spawn_main(tracker_fd=5, pipe_handle=7)", "--multiprocessing-fork"])
+    assert not jobs.is_spawn_child(["python", "-c", "from multiprocessing.resource_tracker "
+                                    "import main;main(4)"])
+
+
+# -- real jobs ------------------------------------------------------------------------------------
+
+
+class _FakeRankDumper(threading.Thread):
+    """Plays a rank's Flight Recorder: waits on its FIFO and writes a dump when poked."""
+
+    def __init__(self, fifo: Path, dump: Path) -> None:
+        super().__init__(daemon=True)
+        os.mkfifo(fifo)
+        self.fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        self.dump = dump
+        self.poked = threading.Event()
+
+    def run(self) -> None:
+        end = time.monotonic() + 120
+        try:
+            while time.monotonic() < end:
+                readable, _, _ = select.select([self.fd], [], [], 0.2)
+                if readable and os.read(self.fd, 64):
+                    self.dump.write_bytes(pickle.dumps({"version": "2.10", "entries": []}))
+                    self.poked.set()
+                    return
+        finally:
+            os.close(self.fd)  # later collects find no reader (and do not wait for a dump)
+
+
+@pytest.fixture(scope="module")
+def hung(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+    """A 3-rank torchrun job (rank 1 in evaluate(), ranks 0 and 2 in all_reduce, rank 2 with two
+    DataLoader workers) and a 2-process mp.spawn job, both hung, started together."""
+    root = tmp_path_factory.mktemp("hung")
+    fr = root / "fr"
+    fr.mkdir()
+    tr = sp = None
+    try:
+        tr = h.start_torchrun(root / "torchrun",
+                            TORCH_FR_DUMP_TEMP_FILE=str(fr / "trace_rank_"),
+                            TORCH_NCCL_DEBUG_INFO_PIPE_FILE=str(fr / "pipe_"))
+        sp = h.start_spawn(root / "spawn")
+        tr.wait_ready(3, READY_TIMEOUT_S)
+        sp.wait_ready(2, READY_TIMEOUT_S)
+        time.sleep(1.0)  # let the ranks step from the ready marker into their blocking call
+        yield SimpleNamespace(torchrun=tr, spawn=sp, root=root, fr=fr)
+    finally:
+        for job in (tr, sp):
+            if job is not None:
+                job.stop()
+
+
+@pytest.fixture(scope="module")
+def collected(hung: SimpleNamespace) -> SimpleNamespace:
+    """One collect of the torchrun job, shared by the assertions below."""
+    fr = hung.fr
+    # Flight Recorder: rank 0's pipe has no reader, rank 1's is served by a fake dumper, rank 2
+    # has none; one fresh dump is already there, one stale dump predates the job.
+    os.mkfifo(fr / "pipe_0.pipe")
+    dumper = _FakeRankDumper(fr / "pipe_1.pipe", fr / "trace_rank_1")
+    dumper.start()
+    (fr / "trace_rank_0").write_bytes(pickle.dumps({"version": "2.10", "entries": []}))
+    stale = fr / "trace_rank_7"
+    stale.write_bytes(b"old")
+    os.utime(stale, (time.time() - 86400, time.time() - 86400))
+    extra = hung.root / "extra"
+    extra.mkdir()
+    (extra / "train.log").write_text(
+        f"step 1 loss 2.3\nwandb: url {SECRET_URL}\nMY_SECRET_KEY={SECRET_VALUE}\n"
+        f"-----BEGIN PRIVATE KEY-----\n{PEM_BODY}\n-----END PRIVATE KEY-----\nstep 2\n")
+    out = hung.root / "bundle"
+    start = time.monotonic()
+    result = collect(CollectOptions(pid=hung.torchrun.pid, out=out, logs=[extra], tar=True))
+    wall = time.monotonic() - start
+    print(f"\ncollect wall time for the 3-rank torchrun job: {wall:.2f}s")
+    return SimpleNamespace(result=result, wall=wall, out=out, dumper=dumper,
+                           procs={p["pid"]: p for p in result.manifest["processes"]})
+
+
+@pytest.mark.scenario
+def test_collect_finds_agent_workers_and_ranks(hung: SimpleNamespace,
+                                               collected: SimpleNamespace) -> None:
+    m = collected.result.manifest
+    procs = collected.procs
+    workers = {p["rank"]: p for p in procs.values() if p["role"] == "worker"}
+    assert sorted(workers) == [0, 1, 2]
+    assert {r: p["pid"] for r, p in workers.items()} == hung.torchrun.ranks
+    agents = [p for p in procs.values() if p["role"] == "agent"]
+    assert [a["pid"] for a in agents] == [hung.torchrun.pid]
+    assert m["job"]["launcher"] == "torchrun" and m["job"]["launcher_pid"] == hung.torchrun.pid
+    assert m["job"]["world_size"] == 3 and m["job"]["master_port"] == hung.torchrun.port
+    assert all(p["world_size"] == 3 and p["spawn_index"] is None for p in workers.values())
+    assert collected.wall < 30
+
+
+@pytest.mark.scenario
+def test_stacks_show_the_hang(hung: SimpleNamespace, collected: SimpleNamespace) -> None:
+    out = collected.out
+    for rank, pid in hung.torchrun.ranks.items():
+        entry = collected.procs[pid]
+        assert entry["stack_status"] == "ok", entry
+        stack = json.loads((out / entry["stack"]).read_text())
+        names = frame_names(main_thread(stack, pid))
+        if rank == 1:
+            assert "evaluate" in names, names
+        else:
+            assert any(n.endswith("all_reduce") for n in names), names
+        text = (out / entry["stack_text"]).read_text()
+        assert text.startswith(f"Process {pid}:") and ("evaluate" in text) == (rank == 1)
+
+
+@pytest.mark.scenario
+def test_manifest_and_info_follow_the_contract(hung: SimpleNamespace,
+                                               collected: SimpleNamespace) -> None:
+    out = collected.out
+    m = json.loads((out / "manifest.json").read_text())
+    assert m == collected.result.manifest
+    assert m["schema"] == "ddp-autopsy/bundle/1" and m["complete"] is True
+    assert m["tool"]["name"] == "ddp-autopsy" and m["host"] == socket.gethostname()
+    assert "T" in m["created"] and ("+" in m["created"] or m["created"].endswith("Z"))
+    action_keys = {"name", "kind", "command", "target", "path", "status", "exit_code", "started",
+                   "duration_s", "timeout_s", "timeout_hit", "truncated", "error"}
+    for action in m["actions"]:
+        assert set(action) == action_keys and action["kind"] in ("command", "file", "probe")
+        if action["path"]:
+            assert (out / action["path"]).is_file(), action
+    spy = [a for a in m["actions"] if a["name"].startswith("py-spy")]
+    assert spy and all("--nonblocking" in a["command"] and a["exit_code"] == 0 for a in spy)
+    info = json.loads((out / "processes" / str(hung.torchrun.ranks[0]) / "info.json").read_text())
+    assert info["rank"] == 0 and info["local_rank"] == 0 and info["role"] == "worker"
+    assert info["versions"]["torch"] == torch.__version__
+    assert info["versions"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert info["master_addr"] == "127.0.0.1" and info["env"]["RANK"] == "0"
+    assert info["stdout"].endswith("/0/stdout.log") and info["cwd"]
+    host = json.loads((out / "host" / "host.json").read_text())
+    assert any(i["loopback"] and any(a.startswith("127.") for a in i["addresses"])
+               for i in host["interfaces"])
+    assert host["shm"]["size"] > 0 and host["limits"]["values"]["Max open files"]["soft"]
+    assert host["nvidia_smi"] in ("absent", "ok", "error", "timeout")
+    # logs: torchrun --log-dir files, the agent's stdout file, and the --logs directory
+    sources = {entry["source"]: entry for entry in m["logs"]}
+    assert str(hung.torchrun.log) in sources
+    assert str(hung.root / "extra" / "train.log") in sources
+    rank_logs = [s for s in sources if "/trlogs/" in s and s.endswith("stdout.log")]
+    assert len(rank_logs) == 3
+    for entry in m["logs"]:
+        assert (out / entry["path"]).is_file() and entry["path"].startswith("logs/")
+    assert collected.result.tarball is not None
+    with tarfile.open(collected.result.tarball) as tar:
+        assert f"{out.name}/manifest.json" in tar.getnames()
+
+
+@pytest.mark.scenario
+def test_secrets_are_redacted_everywhere(hung: SimpleNamespace,
+                                         collected: SimpleNamespace) -> None:
+    files = h.bundle_files(collected.out)
+    assert len(files) > 10
+    for path in files:
+        data = path.read_bytes()
+        for secret in PLANTED:
+            assert secret.encode() not in data, f"{secret!r} leaked into {path}"
+    with tarfile.open(collected.result.tarball) as tar:
+        for member in tar.getmembers():
+            if member.isfile():
+                data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                assert not any(s.encode() in data for s in PLANTED), member.name
+    info = json.loads((collected.out / "processes" / str(hung.torchrun.ranks[1]) / "info.json")
+                      .read_text())
+    assert info["env"]["HF_TOKEN"] == MASK and info["env"]["MY_SECRET_KEY"] == MASK
+    assert info["env"]["DATA_URL"] == f"https://alice:{MASK}@data.example.com/shards"
+    assert info["cmdline"][info["cmdline"].index("--hf-token") + 1] == MASK
+    log = next(e for e in collected.result.manifest["logs"] if e["source"].endswith("train.log"))
+    text = (collected.out / log["path"]).read_text()
+    assert f"MY_SECRET_KEY={MASK}" in text and "step 2" in text
+    ready_lines = [ln for p in files if p.name == "stdout.log"
+                   for ln in p.read_text().splitlines() if ln.startswith("READY")]
+    assert len(ready_lines) == 3 and all(MASK in ln for ln in ready_lines)
+
+
+@pytest.mark.scenario
+def test_network_probe_sees_the_agent_store(hung: SimpleNamespace,
+                                            collected: SimpleNamespace) -> None:
+    probes = json.loads((collected.out / "network" / "probe.json").read_text())
+    entry = next(p for p in probes if p["master_port"] == hung.torchrun.port)
+    assert entry["master_addr"] == "127.0.0.1" and entry["resolves"] is True
+    assert entry["listening_here"] is True and entry["holder_pid"] == hung.torchrun.pid
+    assert entry["connect"]["ok"] is True and entry["status"] == "ok"
+
+
+@pytest.mark.scenario
+def test_dataloader_workers_have_their_role(hung: SimpleNamespace,
+                                            collected: SimpleNamespace) -> None:
+    rank2 = hung.torchrun.ranks[2]
+    loaders = [p for p in collected.procs.values() if p["role"] == "dataloader"]
+    assert len(loaders) == 2
+    assert all(p["ppid"] == rank2 and p["worker_pid"] == rank2 for p in loaders)
+    assert all(p["stack_status"] == "ok" for p in loaders)
+    stack = json.loads((collected.out / loaders[0]["stack"]).read_text())
+    assert "_worker_loop" in frame_names(main_thread(stack, loaders[0]["pid"]))
+
+
+@pytest.mark.scenario
+def test_flight_recorder_trigger_and_pickup(hung: SimpleNamespace,
+                                            collected: SimpleNamespace) -> None:
+    m = collected.result.manifest
+    pipes = {Path(p["pipe"]).name: p["result"] for p in m["fr"]["pipes"]}
+    assert pipes == {"pipe_0.pipe": "no_reader", "pipe_1.pipe": "triggered",
+                     "pipe_2.pipe": "absent"}
+    assert collected.dumper.poked.is_set()
+    assert sorted(m["fr_dumps"]) == ["fr/trace_rank_0", "fr/trace_rank_1"]
+    assert m["fr"]["skipped_stale"] == [str(hung.fr / "trace_rank_7")]
+    assert pickle.loads((collected.out / "fr" / "trace_rank_1").read_bytes())["version"] == "2.10"
+    assert any("without a reader" in w for w in collected.result.warnings)
+
+
+@pytest.mark.scenario
+def test_pid_of_a_rank_or_dataloader_finds_the_same_job(hung: SimpleNamespace,
+                                                        collected: SimpleNamespace) -> None:
+    expected = sorted(collected.procs)
+    for pid in (hung.torchrun.ranks[1], next(p for p, e in collected.procs.items()
+                                             if e["role"] == "dataloader")):
+        job = job_for_pid(pid)
+        assert job.launcher_pid == hung.torchrun.pid and sorted(job.pids) == expected
+
+
+@pytest.mark.scenario
+def test_collect_from_a_rank_pid_with_native_frames(hung: SimpleNamespace,
+                                                    tmp_path: Path) -> None:
+    rank1 = hung.torchrun.ranks[1]
+    result = collect(CollectOptions(pid=rank1, out=tmp_path / "b", native=True))
+    assert result.manifest["job"]["launcher_pid"] == hung.torchrun.pid
+    entry = next(p for p in result.manifest["processes"] if p["pid"] == rank1)
+    spy = [a for a in result.manifest["actions"] if a["target"] == f"pid {rank1}"
+           and a["name"].startswith("py-spy")]
+    assert spy and all("--native" in a["command"] and "--nonblocking" not in a["command"]
+                       for a in spy)
+    assert entry["stack_status"] == "ok", entry
+    names = frame_names(main_thread(json.loads((tmp_path / "b" / entry["stack"]).read_text()),
+                                    rank1))
+    assert "evaluate" in names
+
+
+@pytest.mark.scenario
+def test_find_jobs_without_a_pid(hung: SimpleNamespace, tmp_path: Path) -> None:
+    found = {j.key: j for j in find_jobs()}
+    tr_key, sp_key = f"torchrun-{hung.torchrun.pid}", f"mp.spawn-{hung.spawn.pid}"
+    assert tr_key in found and sp_key in found
+    assert set(hung.torchrun.ranks.values()) <= set(found[tr_key].pids)
+    assert found[tr_key].world_size == 3 and found[tr_key].launcher == "torchrun"
+    with pytest.raises(CollectError) as err:  # two jobs (at least ours): the user must choose
+        collect(CollectOptions(out=tmp_path / "ambiguous"))
+    assert tr_key in str(err.value) and sp_key in str(err.value)
+    assert not (tmp_path / "ambiguous").exists()
+
+
+@pytest.mark.scenario
+def test_mp_spawn_job_roles(hung: SimpleNamespace, tmp_path: Path) -> None:
+    result = collect(CollectOptions(job=f"mp.spawn-{hung.spawn.pid}", out=tmp_path / "b"))
+    m = result.manifest
+    assert m["job"]["launcher"] == "mp.spawn" and m["job"]["launcher_pid"] == hung.spawn.pid
+    assert m["job"]["master_port"] == hung.spawn.port
+    procs = {p["pid"]: p for p in m["processes"]}
+    assert procs[hung.spawn.pid]["role"] == "other"
+    workers = sorted((p for p in procs.values() if p["role"] == "worker"),
+                     key=lambda p: p["spawn_index"])
+    assert [w["spawn_index"] for w in workers] == [0, 1]
+    assert [w["pid"] for w in workers] == sorted(hung.spawn.ranks.values())
+    assert all(w["rank"] is None for w in workers)  # no RANK env: never guessed
+    evaluating = [w for w in workers if "evaluate" in frame_names(main_thread(
+        json.loads((tmp_path / "b" / w["stack"]).read_text()), w["pid"]))]
+    assert [w["pid"] for w in evaluating] == [hung.spawn.ranks[1]]
+
+
+@pytest.mark.scenario
+def test_exited_and_bogus_processes_are_recorded(hung: SimpleNamespace, tmp_path: Path) -> None:
+    job = job_for_pid(hung.torchrun.pid)
+    gone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    gone.kill()
+    gone.wait(timeout=10)
+    bogus = 2**22 + 12345  # above pid_max's default: never a live process
+    extra = (Member(pid=gone.pid, ppid=hung.torchrun.pid, role="worker", rank=9),
+             Member(pid=bogus, ppid=hung.torchrun.pid, role="worker", rank=10))
+    job = dataclasses.replace(job, members=job.members + extra,
+                              pids=(*job.pids, gone.pid, bogus))
+    result = collect_job(job, CollectOptions(out=tmp_path / "b"))
+    procs = {p["pid"]: p for p in result.manifest["processes"]}
+    for pid in (gone.pid, bogus):
+        assert procs[pid]["stack_status"] == "exited" and procs[pid]["stack"] is None
+        info = json.loads((tmp_path / "b" / "processes" / str(pid) / "info.json").read_text())
+        assert info["status"] == "exited"
+    assert all(procs[p]["stack_status"] == "ok" for p in hung.torchrun.ranks.values())
+    assert any("process exited" in w for w in result.warnings)
+    assert result.manifest["complete"] is True
+    with pytest.raises(CollectError, match="no process with pid"):
+        collect(CollectOptions(pid=bogus, out=tmp_path / "c"))
+
+
+@pytest.mark.scenario
+def test_pyspy_timeout_is_recorded(hung: SimpleNamespace, tmp_path: Path) -> None:
+    job = job_for_pid(hung.torchrun.pid)
+    start = time.monotonic()
+    result = collect_job(job, CollectOptions(out=tmp_path / "b", step_timeout_s=0.002))
+    assert time.monotonic() - start < 20
+    spy = [a for a in result.manifest["actions"] if a["name"] == "py-spy dump --json"]
+    assert spy and all(a["timeout_hit"] and a["status"] == "timeout" for a in spy), spy
+    assert all(p["stack_status"] == "timeout" for p in result.manifest["processes"])
+    assert any("stack dump timed out" in w for w in result.warnings)
+    assert result.manifest["complete"] is True
+
+
+@pytest.mark.scenario
+def test_cli_text_json_and_exit_codes(hung: SimpleNamespace, tmp_path: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(collect_command, ["--pid", str(hung.torchrun.pid), "--format", "json",
+                                          "--out", str(tmp_path / "j")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["bundle"] == str(tmp_path / "j") and doc["processes"] == 6
+    assert doc["stacks_ok"] == 6 and doc["actions"]["ok"] > 10 and isinstance(doc["warnings"],
+                                                                             list)
+    res = runner.invoke(collect_command, ["--pid", str(hung.spawn.pid), "--out",
+                                          str(tmp_path / "t")])
+    assert res.exit_code == 0 and "Bundle: " in res.stdout and "Stacks: 4/4 ok" in res.stdout
+    assert "mp.spawn" in res.stdout and "Next: ddp-autopsy analyze" in res.stdout
+    res = runner.invoke(collect_command, ["--pid", str(2**22 + 12345)])
+    assert res.exit_code == 2 and "no process with pid" in res.stderr
+    res = runner.invoke(collect_command, ["--pid", "1", "--job", "x"])
+    assert res.exit_code == 2
+
+
+@pytest.mark.scenario
+def test_killed_collect_leaves_a_readable_partial_bundle(hung: SimpleNamespace,
+                                                         tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    code = ("import sys; from ddp_autopsy.collectors.command import collect_command; "
+            "collect_command(sys.argv[1:])")
+    proc = subprocess.Popen([sys.executable, "-c", code, "--pid", str(hung.torchrun.pid),
+                             "--out", str(out), "--native"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: (out / "manifest.json").exists(), 30, interval=0.002)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        with contextlib.suppress(OSError):
+            proc.kill()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["complete"] is False
+    assert manifest["job"]["launcher_pid"] == hung.torchrun.pid
+
+
+@pytest.mark.scenario
+def test_unprivileged_collect_records_permission_denied(hung: SimpleNamespace) -> None:
+    """Run collect as ``nobody`` against the root-owned job: py-spy may not attach and the
+    environments are unreadable — both recorded, with the remedy, and the bundle still written."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to drop to an unprivileged user")
+    work = Path(tempfile.mkdtemp(prefix="ddp-autopsy-nobody-"))
+    try:
+        work.chmod(0o777)
+        code = ("import json, sys; from pathlib import Path; "
+                "from ddp_autopsy.collectors import collect, CollectOptions; "
+                "r = collect(CollectOptions(pid=int(sys.argv[1]), out=Path(sys.argv[2]))); "
+                "print(json.dumps(r.manifest))")
+        proc = subprocess.run(
+            [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+             sys.executable, "-c", code, str(hung.torchrun.pid), str(work / "b")],
+            cwd=work, capture_output=True, text=True, timeout=120,
+            env={**os.environ, "HOME": str(work)})
+        if proc.returncode != 0 and "Permission denied" in proc.stderr and "import" in proc.stderr:
+            pytest.skip("the virtualenv is not readable by nobody")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        m = json.loads(proc.stdout)
+        statuses = {p["pid"]: p["stack_status"] for p in m["processes"]}
+        assert set(statuses.values()) == {"permission_denied"}, statuses
+        roles = sorted(p["role"] for p in m["processes"])
+        assert roles.count("agent") == 1 and roles.count("worker") == 3
+        warning = next(w for w in m["warnings"] if w.startswith("stack dump not permitted"))
+        assert "CAP_SYS_PTRACE" in warning and "ptrace_scope" in warning
+        assert any("environment unreadable" in w for w in m["warnings"])
+        assert m["complete"] is True
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.scenario
+def test_global_deadline_skips_the_rest(hung: SimpleNamespace, tmp_path: Path) -> None:
+    job = job_for_pid(hung.torchrun.pid)
+    start = time.monotonic()
+    result = collect_job(job, CollectOptions(out=tmp_path / "b", deadline_s=0.01))
+    assert time.monotonic() - start < 10
+    m = result.manifest
+    skipped = [a for a in m["actions"] if a["status"] == "skipped"]
+    assert skipped and all(a["error"].startswith("deadline reached") for a in skipped)
+    assert any(w.startswith("deadline of 0.01s reached") for w in result.warnings)
+    assert m["complete"] is True and json.loads((tmp_path / "b" / "manifest.json").read_text())
+
+
+def test_sibling_ranks_under_a_shell_form_one_job(tmp_path: Path) -> None:
+    """srun-style: ranks started side by side by a non-Python parent (here a shell loop)."""
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    child = (f"import os, pathlib, time; pathlib.Path({str(ready)!r}, os.environ['RANK'])"
+             ".write_text(''); time.sleep(60)")
+    script = "\n".join(f"RANK={r} LOCAL_RANK={r} WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+                       f"MASTER_PORT=1 {sys.executable} -c \"{child}\" &" for r in (0, 1))
+    shell = subprocess.Popen(["bash", "-c", script + "\nwait"], start_new_session=True)
+    try:
+        assert wait_for(lambda: len(list(ready.iterdir())) == 2, 30)
+        kids = h.descendants(shell.pid)
+        job = job_for_pid(kids[0])
+        assert job.launcher_pid == shell.pid and job.launcher == "unknown"
+        assert sorted(job.pids) == sorted(kids) and job.world_size == 2
+        assert sorted((m.role, m.rank) for m in job.members) == [("worker", 0), ("worker", 1)]
+        assert job.key in {j.key for j in find_jobs()}
+    finally:
+        h.kill_tree(shell.pid)
+        shell.wait(timeout=10)
