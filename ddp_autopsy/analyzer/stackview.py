@@ -32,6 +32,23 @@ PLACES = (
 )
 
 
+BACKWARD_WAITS = frozenset({"_engine_run_backward", "run_backward"})
+
+
+def is_backward_wait(frame: Frame) -> bool:
+    """Autograd's engine entry: where DDP ranks block on the gradient all-reduce."""
+    return frame.func in BACKWARD_WAITS and "torch/autograd" in (frame.file or "")
+
+
+def wait_label(frame: Frame | None) -> str:
+    """How to name what a rank waits in: ``all_reduce``, or DDP's gradient all-reduce."""
+    if frame is None:
+        return "a collective"
+    if is_backward_wait(frame):
+        return "DDP's gradient all-reduce (in backward)"
+    return frame.func
+
+
 @dataclass
 class Frame:
     func: str
@@ -53,10 +70,15 @@ class RankStack:
 
     @property
     def collective(self) -> Frame | None:
-        """The torch.distributed call this thread waits in, if any."""
+        """The torch.distributed call this thread waits in, if any. An idle thread inside
+        autograd's backward waits for DDP's gradient all-reduce (an implicit collective)."""
         for f in self.frames:
             if f.func in COLLECTIVES and "torch/distributed" in (f.file or ""):
                 return f
+        if self.idle:
+            for f in self.frames[:4]:
+                if is_backward_wait(f):
+                    return f
         return None
 
     @property

@@ -57,6 +57,7 @@ from collections.abc import Iterator
 
 from ddp_autopsy.analyzer import stacktree
 from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.stackview import wait_label
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
 
 
@@ -77,7 +78,7 @@ class RankStuckOutsideCollective(Rule):
         if not waiting or not outside or n_out > n_wait:
             return
         top = max(waiting, key=lambda c: c.size)
-        op = top.collective.func if top.collective else "a collective"
+        op = wait_label(top.collective)
         procs = [p for c in outside for p in tree.members(c.members)]
         places = []
         for c in outside:

@@ -1,0 +1,121 @@
+"""Some ranks ran out of data and left the training loop.
+
+## What it detects
+In the stack dumps of a hung DDP job, most ranks wait in DDP's gradient all-reduce (idle inside
+`loss.backward()`), while the other ranks have left the training loop: they wait in a different
+collective after it (a final `barrier`, an evaluation `all_reduce`, `destroy_process_group`) or
+their processes are gone.
+
+## Why it hangs or kills the job
+DDP all-reduces gradients in every backward pass, so every rank must run the same number of
+steps. With uneven shards (a sampler that splits the data unevenly, `drop_last=False`,
+dynamic batching), the ranks with fewer batches leave the loop while the others wait in
+backward for a partner that never comes, until the timeout.
+
+## Evidence
+py-spy dumps: the ranks in backward, and where the odd ranks are instead (or that they exited).
+
+## Remedy
+Give every rank the same number of steps: `DistributedSampler(drop_last=True)` or pad the
+shards, cap the steps (`limit_train_batches`), or wrap the loop in DDP's Join context manager
+(`with model.join(): ...`) so ranks that finish early shadow the others' all-reduces.
+
+## Example
+```
+Process 700: python -u train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 700 (idle): "MainThread"
+    _engine_run_backward (torch/autograd/graph.py:979)
+    backward (torch/autograd/__init__.py:395)
+    Tensor.backward (torch/_tensor.py:623)
+    main (train.py:33)
+
+Process 701: python -u train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 701 (idle): "MainThread"
+    barrier (torch/distributed/distributed_c10d.py:5356)
+    _exception_logger.<locals>.wrapper (torch/distributed/c10d_logger.py:83)
+    main (train.py:37)
+
+Process 702: python -u train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 702 (idle): "MainThread"
+    _engine_run_backward (torch/autograd/graph.py:979)
+    backward (torch/autograd/__init__.py:395)
+    Tensor.backward (torch/_tensor.py:623)
+    main (train.py:33)
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import polars as pl
+
+from ddp_autopsy.analyzer import stacktree
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.stackview import is_backward_wait
+from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
+
+
+class UnevenInputs(Rule):
+    code = "COLL004"
+    slug = "uneven-inputs"
+    cause = "uneven_inputs"
+    severity = "critical"
+    inputs = ("stacks",)
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        tree = stacktree.from_job(job)
+        in_backward = [c for c in tree.classes if c.collective and is_backward_wait(c.collective)]
+        if not in_backward:
+            return
+        elsewhere = [c for c in tree.classes
+                     if c.collective is not None and not is_backward_wait(c.collective)]
+        gone = self._exited_ranks(job, tree)
+        n_back = sum(c.size for c in in_backward)
+        n_else = sum(c.size for c in elsewhere) + len(gone)
+        if not n_else or n_else > n_back:
+            return
+        procs = [p for c in elsewhere for p in tree.members(c.members)]
+        ranks = [p.rank for p in procs] + sorted(gone)
+        parts = []
+        for c in elsewhere:
+            f = c.collective
+            where = f" (called from {c.user_frame.func}, {c.user_frame.file}:{c.user_frame.line})" \
+                if c.user_frame else ""
+            parts.append(f"{stacktree.who(tree.members(c.members))} waits in "
+                         f"{f.func if f else '?'}{where}")
+        if gone:
+            parts.append(f"{rank_phrase(gone)} exited")
+        waiting = stacktree.who([p for c in in_backward for p in tree.members(c.members)])
+        who = rank_phrase([r for r in ranks if r is not None]) if None not in ranks \
+            else stacktree.who(procs)
+        evidence = []
+        for c in [*elsewhere[:2], in_backward[0]]:
+            p = tree.members(c.members)[0]
+            evidence.append(Evidence(path=p.source, line=None, rank=p.rank, host=p.host,
+                                     text=f"{p.label} (pid {p.pid}): {c.collective}"))
+        yield self.finding(
+            f"{who[0].upper()}{who[1:]} left the training loop early: {waiting} wait in DDP's "
+            f"gradient all-reduce (backward) while {'; '.join(parts)}. The ranks ran different "
+            "numbers of steps (uneven inputs).",
+            evidence=evidence, ranks=ranks, hosts=[p.host for p in procs], confidence=0.8,
+            details={"in_backward": n_back, "left_loop": sorted(r for r in ranks if r is not None)},
+        )
+
+    @staticmethod
+    def _exited_ranks(job: Job, tree: stacktree.StackTree) -> set[int]:
+        """Workers the bundle listed as exited, while their peers are still dumped."""
+        if not job.processes.height:
+            return set()
+        exited = job.processes.filter(
+            (pl.col("role") == "worker") & (pl.col("stack_status") == "exited")
+            & pl.col("rank").is_not_null()
+        )
+        dumped = {p.rank for p in tree.procs}
+        return {int(r) for r in exited["rank"].to_list()} - dumped
