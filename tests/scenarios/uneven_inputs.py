@@ -8,6 +8,7 @@ LAUNCH = {"launcher": "torchrun", "nproc": 3, "hang": True, "timeout_s": 40}
 EXPECT = {
     "cause": "uneven_inputs",
     "ranks": [1],
+    "frame": "barrier",
     "notes": "ranks 0, 2 in DDP backward (gradient all-reduce); rank 1 past the loop, in barrier",
 }
 
