@@ -18,7 +18,8 @@ from ddp_autopsy.rules.engine import run
 
 # truth label -> verdict causes that mean the same thing
 SAME = {
-    "store_timeout_missing_rank": {"missing_ranks"},
+    # The label names the symptom; a verdict naming the configuration error behind it is right.
+    "store_timeout_missing_rank": {"missing_ranks", "config_mismatch"},
     "shm_too_small": {"shm_failure"},
     "rank_crashed": {"rank_crashed", "out_of_memory"},
 }

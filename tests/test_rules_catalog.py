@@ -38,12 +38,14 @@ def test_rule_docstring_has_every_section(rule) -> None:
         assert sections.get(name, "").strip(), f"{rule.code}: empty or missing '## {name}'"
     assert rule.title() and not rule.title().startswith("#")
     assert rule.cause is None or rule.cause in CAUSES
-    assert (rule.cause is None) == (rule.role == "symptom")
+    assert (rule.cause is None) == (rule.role in ("symptom", "info"))
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
 def test_rule_doc_example_fires(rule, tmp_path: Path) -> None:
-    (tmp_path / "example.log").write_text(rule.example(), encoding="utf-8")
+    for name, data in rule.example_files().items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
     analysis = run(load([tmp_path]))
     codes = {f.rule for f in analysis.findings}
     assert rule.code in codes, f"{rule.code}: its own Example does not fire it ({codes})"

@@ -260,6 +260,52 @@ PATTERNS: tuple[Pattern, ...] = (
         rank=int,
     ),
     # --- NCCL ---------------------------------------------------------------------------------
+    # NCCL §2: identity. "NCCL version 2.21.5+cuda12.4" (INFO on every rank from 2.22).
+    _p(
+        "nccl_version",
+        "NCCL version ",
+        r"NCCL version (?P<version>\d+\.\d+\.\d+)(?P<suffix>[^+\s]*)\+cuda(?P<cuda>\d+\.\d+)",
+    ),
+    # NCCL §3.4: "Mismatched NCCL version detected : rank 3 version 22304 rank 0 version 22703"
+    _p(
+        "nccl_version_mismatch",
+        ("Mismatched NCCL version", "NCCL version mismatch"),
+        r"(?:Mismatched NCCL version detected : rank (?P<r1>\d+) version (?P<v1>\d+) rank "
+        r"(?P<r2>\d+) version (?P<v2>\d+)|NCCL version mismatch with remote peer (?P<peer>\S+) "
+        r"\(local: (?P<local>[\d.]+), remote (?P<remote>[\d.]+)\))",
+        r1=int,
+        r2=int,
+    ),
+    # NCCL §2: the address a rank advertises ("Bootstrap : Using eth0:10.1.2.3<0>").
+    _p(
+        "nccl_interface",
+        ("Bootstrap : Using", "Bootstrap: Using", "NET/Socket : Using", "; OOB "),
+        r"(?:Bootstrap ?: Using|NET/Socket : Using \[\d+\]|; OOB) ?"
+        r"(?P<ifname>[^:\s]+(?::(?![0-9a-fA-F]*:)[A-Za-z][\w.-]*)?):(?P<addr>[^\s<]+)<(?P<port>\d+)>",
+    ),
+    # NCCL §3.1 / §3.3: rank-to-rank connections refused, timed out, wrong magic, proxy calls.
+    _p(
+        "nccl_connect_failure",
+        ("exceeded retries", "exceeded error retry count", "exceeded timeouts", "failed : ",
+         "wrong magic", "wrong type", "Proxy Call to rank", "Failed to execute operation"),
+        r"(?:(?P<fn>\w+): (?:connect (?:to (?P<addr>\S+) )?returned (?P<err>.+?), "
+        r"exceeded error retry count|exceeded (?:retries|timeouts) \((?P<n>\d+)\))"
+        r"|(?:(?P<fn2>socket\w*Connect|ncclOsSocket\w*Connect): |Net : )?[Cc]onnect to "
+        r"(?P<addr2>\S+) failed : (?P<err2>.+)"
+        r"|socketFinalizeAccept(?: from \S+)?: wrong (?P<what>magic|type)"
+        r"|Proxy Call to rank (?P<prank>\d+) failed|\[Proxy Service \d+\] Failed to execute "
+        r"operation (?P<op>\w+) from rank (?P<frank>\d+))",
+    ),
+    # Backend and tensor device disagree: NCCL with CPU tensors, Gloo with CUDA ones.
+    _p(
+        "backend_device_mismatch",
+        ("No backend type associated with device type", "Tensors must be CUDA",
+         "unsupported device type", "doesn't have NCCL built in", "Tensors must be CPU"),
+        r"(?:No backend type associated with device type (?P<device>\w+)"
+        r"|Tensors must be (?P<need>CUDA|CPU) and dense"
+        r"|(?P<pg>ProcessGroup\w+)::(?P<op>\w+): unsupported device type (?P<device2>\w+)"
+        r"|Distributed package doesn't have NCCL built in)",
+    ),
     # NCCL §3.3 / Gloo: no usable socket interface (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME).
     _p(
         "no_socket_interface",

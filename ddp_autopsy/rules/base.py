@@ -212,6 +212,12 @@ class Rule:
         fenced = re.search(r"```[^\n]*\n(.*?)```", body, re.S)
         return (fenced.group(1) if fenced else body).strip("\n") + "\n"
 
+    @classmethod
+    def example_files(cls) -> dict[str, bytes]:
+        """Input files that reproduce the Example (the catalog test analyzes them and expects
+        this rule to fire). Rules whose input is not a log override it."""
+        return {"example.log": cls.example().encode()}
+
     def check(self, job: Job) -> Iterable[Finding]:
         raise NotImplementedError
 

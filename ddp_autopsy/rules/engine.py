@@ -19,7 +19,7 @@ from functools import cache
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Outcome, Rule
 
-AREAS = ("rdzv", "nccl", "coll", "crash", "sym", "aut")
+AREAS = ("rdzv", "env", "nccl", "coll", "crash", "sym", "aut")
 
 
 @cache
@@ -97,8 +97,8 @@ EXPLAINS = {
     "config_mismatch": {"missing_ranks", "rank_crashed", "collective_mismatch"},
     "version_mismatch": {"nccl_connection_failure", "rank_crashed", "collective_mismatch"},
     # A crash resets its connections: network errors after it are consequences.
-    "rank_crashed": {"network_error_runtime"},
-    "out_of_memory": {"network_error_runtime"},
+    "rank_crashed": {"network_error_runtime", "nccl_connection_failure"},
+    "out_of_memory": {"network_error_runtime", "nccl_connection_failure"},
 }
 _TS_MAX = datetime.max
 

@@ -1,0 +1,1 @@
+"""Configuration: versions, world size, addresses, backends that disagree across ranks."""

@@ -1,0 +1,100 @@
+"""Ranks run different versions of NCCL, torch, CUDA or Python.
+
+## What it detects
+Ranks or hosts that report different versions: NCCL's "NCCL version 2.21.5+cuda12.4" lines (one
+per process from NCCL 2.22) and the version in PyTorch's NCCL errors, NCCL's own "Mismatched
+NCCL version detected" check (2.23.4+), and the torch / NCCL / CUDA / Python versions that
+`collect` read from each process.
+
+## Why it hangs or kills the job
+Ranks exchange raw structures during bootstrap and collectives; builds that disagree on their
+layout fail with truncated messages, "wrong magic", or simply hang. Different torch builds can
+also issue different collectives for the same code.
+
+## Evidence
+Each version with the ranks and hosts that run it.
+
+## Remedy
+Install the same torch/NCCL/CUDA build on every node (one container image, one environment
+module); check `LD_LIBRARY_PATH` and `nvidia-nccl-cu*` wheels that shadow the bundled NCCL.
+
+## Example
+```
+node1:4242:4242 [0] NCCL INFO NCCL version 2.21.5+cuda12.4
+node2:5151:5151 [0] NCCL INFO NCCL version 2.19.3+cuda12.2
+```
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+import polars as pl
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, format_ranks
+
+KEYS = ("torch", "nccl", "cuda", "python")
+
+
+def _who(ids: set[str]) -> str:
+    ranks = sorted(int(i[5:]) for i in ids if i.startswith("rank "))
+    others = sorted(i for i in ids if not i.startswith("rank "))
+    parts = [f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)}"] if ranks else []
+    return ", ".join(parts + others[:4])
+
+
+class VersionMismatch(Rule):
+    code = "ENV001"
+    slug = "version-mismatch"
+    cause = "version_mismatch"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        # (what, version) -> ids of the processes that report it, and one evidence line
+        seen: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        proof: dict[tuple[str, str], Evidence] = {}
+        for r in job.rows("nccl_version", "nccl_error"):
+            version = r["data"].get("version")
+            if not version:
+                continue
+            ident = f"rank {r['rank']}" if r["rank"] is not None else \
+                (f"{r['host']} pid {r['pid']}" if r["host"] else r["source"])
+            seen["NCCL"][version].add(ident)
+            proof.setdefault(("NCCL", version), evidence_of(r))
+        if job.env.height:
+            versions = job.env.filter(pl.col("key").is_in([f"version.{k}" for k in KEYS]))
+            for row in versions.iter_rows(named=True):
+                what = row["key"].split(".", 1)[1]
+                ident = f"rank {row['rank']}" if row["rank"] is not None else \
+                    f"{row['host']} pid {row['pid']}"
+                seen[what][row["value"]].add(ident)
+                proof.setdefault((what, row["value"]), Evidence(
+                    path=f"{row['host']} pid {row['pid']} (collect)", line=None,
+                    text=f"{what} {row['value']}", rank=row["rank"], host=row["host"]))
+        explicit = job.rows("nccl_version_mismatch")
+        for what, by_version in seen.items():
+            if len(by_version) < 2:
+                continue
+            ordered = sorted(by_version.items(), key=lambda kv: -len(kv[1]))
+            minority = set().union(*(ids for _, ids in ordered[1:]))
+            ranks = [int(i[5:]) for i in minority if i.startswith("rank ")]
+            desc = "; ".join(f"{v} on {_who(ids)}" for v, ids in ordered)
+            yield self.finding(
+                f"Ranks run different {what} versions: {desc}.",
+                evidence=[proof[(what, v)] for v, _ in ordered[:3]] + [
+                    evidence_of(r) for r in explicit[:1]],
+                ranks=ranks, confidence=0.9,
+                details={"component": what, "versions": {v: sorted(ids) for v, ids in ordered}},
+            )
+            explicit = []
+        if explicit:
+            d = explicit[0]["data"]
+            yield self.finding(
+                "NCCL detected mismatched versions between ranks"
+                + (f" (rank {d['r1']}: {d['v1']}, rank {d['r2']}: {d['v2']})." if "r1" in d
+                   else "."),
+                evidence=[evidence_of(r) for r in explicit[:2]],
+                ranks=[d.get("r1")], confidence=0.9,
+            )

@@ -1,0 +1,113 @@
+"""Ranks disagree on the job's configuration.
+
+## What it detects
+Worker processes whose WORLD_SIZE, MASTER_ADDR, MASTER_PORT or TORCHELASTIC_RUN_ID differ (from
+`collect`'s environment snapshots), several processes claiming the same global rank, and a
+framework's view of the job that contradicts the launcher's: e.g. Lightning's "initializing
+ddp: GLOBAL_RANK: 1, MEMBER: 2/4" printed twice for rank 1 while ranks 2 and 3 never appear
+(two nodes both started as ranks 0-1 of a 4-rank job).
+
+## Why it hangs or kills the job
+Ranks that disagree on the world size or the master wait for peers that will never come (or
+join another job's store); two processes with the same rank collide in the store and the
+missing rank's peers wait forever.
+
+## Evidence
+The values each rank holds, or the duplicated rank announcements.
+
+## Remedy
+Launch every node with the same `--nnodes`, `--nproc-per-node`, `--master-addr`/`--rdzv-endpoint`
+and run id; under SLURM set `--ntasks-per-node` to the GPUs per node (Lightning reads
+SLURM_NTASKS / SLURM_PROCID), and don't set RANK/WORLD_SIZE by hand under torchrun.
+
+## Example
+```
+initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4
+initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4
+initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/4
+initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/4
+```
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+
+import polars as pl
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, rank_phrase
+
+KEYS = ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+class ConfigMismatch(Rule):
+    code = "ENV002"
+    slug = "config-mismatch"
+    cause = "config_mismatch"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        yield from self._env(job)
+        yield from self._announcements(job)
+
+    def _env(self, job: Job) -> Iterator[Finding]:
+        if not job.env.height or not job.processes.height:
+            return
+        workers = set(job.processes.filter(pl.col("role") == "worker")["pid"].to_list())
+        env = job.env.filter(pl.col("pid").is_in(list(workers)) & pl.col("key").is_in(KEYS))
+        for key in KEYS:
+            rows = env.filter(pl.col("key") == key)
+            values = Counter(rows["value"].to_list())
+            if len(values) < 2:
+                continue
+            common = values.most_common(1)[0][0]
+            odd = rows.filter(pl.col("value") != common)
+            ranks = [r for r in odd["rank"].to_list() if r is not None]
+            desc = "; ".join(f"{k}={v!r} on {n} process(es)" for v, n in values.most_common()
+                             for k in [key])
+            yield self.finding(
+                f"Ranks disagree on {key}: {desc}.",
+                evidence=[Evidence(path=f"{r['host']} pid {r['pid']} (collect)", line=None,
+                                   text=f"{key}={r['value']}", rank=r["rank"], host=r["host"])
+                          for r in odd.head(3).iter_rows(named=True)],
+                ranks=ranks, hosts=odd["host"].to_list(), confidence=0.85,
+                details={"key": key, "values": dict(values)},
+            )
+        ranked = job.processes.filter((pl.col("role") == "worker") & pl.col("rank").is_not_null())
+        dup = ranked.group_by("rank").agg(pl.len().alias("n"), pl.col("host"), pl.col("pid")) \
+            .filter(pl.col("n") > 1)
+        for row in dup.iter_rows(named=True):
+            yield self.finding(
+                f"{row['n']} processes claim rank {row['rank']} (pids {row['pid']}).",
+                ranks=[row["rank"]], hosts=row["host"], confidence=0.85,
+                evidence=[Evidence(path=f"{h} pid {p} (collect)", line=None,
+                                   text=f"RANK={row['rank']}", rank=row["rank"], host=h)
+                          for h, p in zip(row["host"][:3], row["pid"][:3], strict=False)],
+            )
+
+    def _announcements(self, job: Job) -> Iterator[Finding]:
+        starts = [r for r in job.rows("run_start") if "world" in r["data"]]
+        if not starts:
+            return
+        by_rank: dict[int, list[dict]] = defaultdict(list)
+        for r in starts:
+            by_rank[r["data"]["rank"]].append(r)
+        world = max(r["data"]["world"] for r in starts)
+        # Each process announces once per start; a rank announced by more processes than any
+        # other while other ranks are absent means several processes took the same rank.
+        missing = sorted(set(range(world)) - set(by_rank))
+        if not missing:
+            return
+        dups = [rank for rank, rows in by_rank.items() if len(rows) > 1]
+        if not dups:
+            return
+        yield self.finding(
+            f"{rank_phrase(dups).capitalize()} started more than once while "
+            f"{rank_phrase(missing)} of the {world} never started: processes were given the "
+            "same rank (e.g. every node started as ranks 0-1).",
+            evidence=[evidence_of(r) for rows in by_rank.values() for r in rows][:4],
+            ranks=missing, confidence=0.8,
+            details={"duplicated": dups, "missing": missing, "world_size": world},
+        )

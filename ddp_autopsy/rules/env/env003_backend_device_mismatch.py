@@ -1,0 +1,55 @@
+"""The process-group backend cannot handle the tensors' device.
+
+## What it detects
+Collectives on tensors the backend does not support: NCCL with CPU tensors ("No backend type
+associated with device type cpu", older "Tensors must be CUDA and dense"), Gloo with CUDA
+tensors for an op it only has on CPU ("ProcessGroupGloo::reduce_scatter: unsupported device
+type cuda"), or the NCCL backend on a build without it.
+
+## Why it hangs or kills the job
+The collective raises on the ranks that call it with the wrong device; the other ranks wait in
+it until the timeout.
+
+## Evidence
+The error line and its rank.
+
+## Remedy
+Move the tensor to the backend's device before the collective (`t.cuda()` for NCCL, `t.cpu()`
+for Gloo), or initialise both: `init_process_group("cpu:gloo,cuda:nccl")`; use the Gloo
+backend on machines without GPUs.
+
+## Example
+```
+[rank0]: RuntimeError: No backend type associated with device type cpu
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+
+
+class BackendDeviceMismatch(Rule):
+    code = "ENV003"
+    slug = "backend-device-mismatch"
+    cause = "backend_device_mismatch"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        rows = job.rows("backend_device_mismatch")
+        if not rows:
+            return
+        ranks = {r["rank"] for r in rows if r["rank"] is not None}
+        d = rows[0]["data"]
+        device = d.get("device") or d.get("device2") or \
+            ("cpu" if d.get("need") == "CUDA" else "cuda" if d.get("need") else None)
+        what = f"tensors on {device}" if device else "tensors"
+        who = rank_phrase(ranks) if ranks else "A rank"
+        yield self.finding(
+            f"{who[0].upper()}{who[1:]} ran a collective on {what} that its backend does not "
+            "support.", evidence=[evidence_of(r) for r in rows[:2]], ranks=ranks,
+            confidence=0.9, ts=first_ts(rows), details={"device": device},
+        )

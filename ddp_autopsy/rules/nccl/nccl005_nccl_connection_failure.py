@@ -1,0 +1,63 @@
+"""NCCL ranks cannot connect to each other.
+
+## What it detects
+NCCL's rank-to-rank socket connections failing: "socketStartConnect: exceeded retries (20000)"
+(refused, 2.16–2.23), "connect to 10.0.0.2<45763> returned No route to host, exceeded error
+retry count after 35 attempts" (2.24+), "Connect to ... failed : Software caused connection
+abort", a handshake with the wrong magic (a stray client or a peer with another uniqueId), and
+failed proxy calls.
+
+## Why it hangs or kills the job
+Communicator setup (or a later connection) cannot reach the peer: refused means nothing listens
+there (the peer died, or advertised the wrong interface); timed out / no route means a firewall,
+a wrong subnet or a host that is down. The rank fails and the others wait.
+
+## Evidence
+The failing connection lines with the peer address and error.
+
+## Remedy
+Check that every node can reach the others on the interface NCCL picked (see the `Bootstrap :
+Using` / `NET/Socket : Using` lines), pin the right one with NCCL_SOCKET_IFNAME, open the
+firewall between nodes for NCCL's ephemeral ports; if a peer crashed first, fix that.
+
+## Example
+```
+gpu7:1234:1290 [3] misc/socket.cc:483 NCCL WARN socketStartConnect: exceeded retries (20000)
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts
+
+
+class NcclConnectionFailure(Rule):
+    code = "NCCL005"
+    slug = "nccl-connection-failure"
+    cause = "nccl_connection_failure"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        rows = [r for r in job.rows("nccl_connect_failure")
+                if not job.superseded(r["source"], r["line"])]
+        if not rows:
+            return
+        peers = sorted({a for r in rows for a in (r["data"].get("addr"), r["data"].get("addr2"))
+                        if a})
+        errors = sorted({e for r in rows for e in (r["data"].get("err"), r["data"].get("err2"))
+                         if e} | {"connection refused (retries exhausted)" for r in rows
+                                  if "exceeded retries" in r["text"]}
+                        | {f"wrong {r['data']['what']} in the handshake" for r in rows
+                           if r["data"].get("what")})
+        summary = "NCCL ranks could not connect to each other"
+        if peers:
+            summary += f" (to {', '.join(peers[:4])})"
+        if errors:
+            summary += f": {'; '.join(errors[:3])}"
+        yield self.finding(summary + ".", evidence=[evidence_of(r) for r in rows[:3]],
+                           ranks=[r["rank"] for r in rows], hosts=[r["host"] for r in rows],
+                           confidence=0.8, ts=first_ts(rows),
+                           details={"peers": peers, "errors": errors})

@@ -1,0 +1,87 @@
+"""A multi-host job whose ranks advertise a loopback or container-bridge address.
+
+## What it detects
+In a job spanning several hosts, NCCL ranks that bootstrap or connect over 127.x (lo), a Docker
+bridge (docker0, 172.17.x) or a libvirt bridge (virbr0, 192.168.122.x): the "Bootstrap : Using
+lo:127.0.0.1<0>" / "NET/Socket : Using [0]docker0:172.17.0.1<0>" lines; and a MASTER_ADDR that
+`collect` found resolving to 127.0.1.1 (a host name mapped to loopback in /etc/hosts).
+
+## Why it hangs or kills the job
+Other hosts cannot reach a loopback or bridge address: they connect to themselves, to nothing,
+or to another node's container, and the connection is refused or times out.
+
+## Evidence
+The interface lines with the address each host advertises.
+
+## Remedy
+Set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the interface that connects the nodes (e.g.
+`eth0` or `ib0`, or `^lo,docker,virbr` to exclude), and make MASTER_ADDR an address the other
+nodes can reach (remove the `127.0.1.1 hostname` line from /etc/hosts or use the IP).
+
+## Example
+```
+node1:4242:4242 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>
+node2:5151:5151 [0] NCCL INFO Bootstrap : Using eth0:10.1.2.4<0>
+```
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of
+
+BRIDGES = (ipaddress.ip_network("172.17.0.0/16"), ipaddress.ip_network("192.168.122.0/24"))
+
+
+def unreachable_kind(addr: str, ifname: str = "") -> str | None:
+    """'loopback' / 'container bridge' for addresses other hosts cannot reach, else None."""
+    try:
+        ip = ipaddress.ip_address(addr.split("%")[0])
+    except ValueError:
+        return None
+    if ip.is_loopback or ifname == "lo":
+        return "loopback"
+    if any(ip in net for net in BRIDGES) or ifname.startswith(("docker", "virbr")):
+        return "container bridge"
+    return None
+
+
+class LoopbackAddress(Rule):
+    code = "NCCL006"
+    slug = "loopback-address"
+    cause = "loopback_address"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        rows = job.rows("nccl_interface")
+        hosts = {r["host"] for r in rows if r["host"]} | {
+            b.manifest.get("host") for b in job.bundles if b.manifest.get("host")}
+        if job.ranks.height:
+            hosts |= {h for hs in job.ranks["hosts"].to_list() for h in hs}
+        if len(hosts) < 2:
+            return  # on one host, loopback is fine
+        bad = [(r, kind) for r in rows
+               if (kind := unreachable_kind(r["data"]["addr"], r["data"]["ifname"]))]
+        probes = [(b, p) for b in job.bundles for p in b.probes
+                  if any(str(a).startswith("127.") for a in p.get("addresses") or [])]
+        if not bad and not probes:
+            return
+        evidence = [evidence_of(r) for r, _ in bad[:3]]
+        parts = sorted({f"{r['host'] or 'a rank'} uses {r['data']['ifname']}:{r['data']['addr']}"
+                        f" ({kind})" for r, kind in bad})
+        for b, p in probes[:2]:
+            parts.append(f"MASTER_ADDR {p.get('master_addr')} resolves to "
+                         f"{', '.join(map(str, p.get('addresses')))} on {b.manifest.get('host')}")
+            evidence.append(Evidence(path=f"{b.display}/network/probe.json", line=None,
+                                     text=f"{p.get('master_addr')} -> {p.get('addresses')}",
+                                     host=b.manifest.get("host")))
+        yield self.finding(
+            f"A {len(hosts)}-host job communicates over addresses the other hosts cannot reach: "
+            f"{'; '.join(parts[:4])}.",
+            evidence=evidence, ranks=[r["rank"] for r, _ in bad],
+            hosts=[r["host"] for r, _ in bad], confidence=0.85,
+            details={"hosts": sorted(hosts)},
+        )
