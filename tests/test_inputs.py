@@ -72,10 +72,10 @@ def test_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
     assert run(job).verdict.cause == "port_in_use"
 
 
-def test_empty_file_is_noted(tmp_path: Path) -> None:
+def test_empty_file_is_read_as_zero_lines(tmp_path: Path) -> None:
     (tmp_path / "empty.log").write_bytes(b"")
     job = load([tmp_path])
-    assert "empty file" in _notes(job)
+    assert [(i.kind, i.lines) for i in job.inputs] == [("log", 0)]
     assert run(job).verdict is None
 
 

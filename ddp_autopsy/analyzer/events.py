@@ -131,8 +131,6 @@ def scan_text(
         line_no = _scan_block(carry, line_no, ctx, state, events, stats)
     _flush_elastic(state, ctx, events)
     stats.lines += line_no
-    if line_no == 0 and stats.bytes == 0:
-        notes.append(InputNote(ctx.display, "empty file", "info"))
     return events
 
 
