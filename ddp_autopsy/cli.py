@@ -26,11 +26,11 @@ def main() -> None:
     """Find which rank hung or killed a PyTorch distributed job, what it was doing, and why."""
 
 
-def _analyze(paths: tuple[Path, ...]):  # -> Analysis
+def _analyze(paths: tuple[Path, ...], raw_logs: bool = False):  # -> Analysis
     from ddp_autopsy.analyzer.job import load
     from ddp_autopsy.rules.engine import run
 
-    job = load(list(paths))
+    job = load(list(paths), use_summaries=not raw_logs)
     if not job.inputs:
         for note in job.notes:
             click.echo(f"ddp-autopsy: {note.path}: {note.message}", err=True)
@@ -52,12 +52,15 @@ def _write_html(analysis, path: Path) -> None:
 @click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write the HTML post-mortem to this file.")
 @click.option("--color/--no-color", default=None, help="Force colours on or off.")
-def analyze(paths: tuple[Path, ...], fmt: str, html_path: Path | None, color: bool | None) -> None:
+@click.option("--raw-logs", is_flag=True,
+              help="Re-read bundles' raw logs instead of the summaries collect wrote.")
+def analyze(paths: tuple[Path, ...], fmt: str, html_path: Path | None, color: bool | None,
+            raw_logs: bool) -> None:
     """Analyze logs, log directories, archives or collect bundles of one job.
 
     Several PATHs (e.g. one bundle per node) are analyzed together as one job.
     """
-    analysis = _analyze(paths)
+    analysis = _analyze(paths, raw_logs)
     if fmt == "json":
         from ddp_autopsy.reports import json_report
 

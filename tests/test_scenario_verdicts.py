@@ -69,3 +69,23 @@ def test_crash_symptoms_point_at_the_crash(scenario_run) -> None:
     assert all(f.explained_by == verdict.id for f in symptoms)
     peer = next(f for f in symptoms if f.rule == "SYM002")
     assert set(peer.ranks) <= {0, 1}
+
+
+HANGS = sorted(name for name, spec in SCENARIOS.items() if spec.hang)
+
+
+@pytest.mark.scenario
+@pytest.mark.parametrize("name", HANGS)
+def test_bundle_summaries_match_the_raw_logs(name: str, scenario_run) -> None:
+    """collect pre-parses the logs it copies (summaries/events.parquet); analyzing the summary
+    must give what re-reading the raw logs gives."""
+    sr = scenario_run(name)
+    fast, raw = load([sr.bundle]), load([sr.bundle], use_summaries=False)
+    assert fast.bundles[0].manifest.get("summaries"), "collect wrote no summaries"
+    cols = ["source", "line", "kind", "rank", "text"]
+    assert fast.events.select(cols).sort("source", "line", "kind").equals(
+        raw.events.select(cols).sort("source", "line", "kind"))
+    assert sorted((i.path, i.lines) for i in fast.inputs if i.kind == "log") == \
+        sorted((i.path, i.lines) for i in raw.inputs if i.kind == "log")
+    a, b = (run(j).verdict for j in (fast, raw))
+    assert (a.cause, a.ranks) == (b.cause, b.ranks) if a and b else a is b is None

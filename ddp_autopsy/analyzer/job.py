@@ -11,6 +11,7 @@ Frames (documented in docs/frames.md):
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Iterable
@@ -163,8 +164,11 @@ def _year_of(member: Member) -> int:
     return datetime.fromtimestamp(ts).year
 
 
-def load(paths: Iterable[Path | str]) -> Job:
-    """Read every PATH (files, directories, archives, bundles) into one Job."""
+def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
+    """Read every PATH (files, directories, archives, bundles) into one Job.
+
+    Bundles whose manifest lists pre-parsed ``summaries`` are read from those instead of their
+    raw logs, unless ``use_summaries`` is False."""
     t0 = time.perf_counter()
     notes: list[InputNote] = []
     inputs: list[InputRecord] = []
@@ -173,11 +177,14 @@ def load(paths: Iterable[Path | str]) -> Job:
     env_rows: list[dict[str, Any]] = []
     proc_rows: list[dict[str, Any]] = []
     bundles: list[Bundle] = []
+    summary_frames: list[pl.DataFrame] = []
 
     for _path, tree in iter_inputs([Path(p) for p in paths], notes):
         bundle = _read_bundle(tree, notes)
         if bundle is not None:
             bundles.append(bundle)
+            if use_summaries and _load_summaries(tree, bundle, notes, inputs, summary_frames):
+                bundle.manifest = {**bundle.manifest, "logs": []}
             _load_bundle(tree, bundle, notes, inputs, event_rows, stack_rows, env_rows, proc_rows)
             continue
         for member in tree.members:
@@ -186,6 +193,8 @@ def load(paths: Iterable[Path | str]) -> Job:
 
     events = pl.DataFrame(event_rows, schema=EVENT_SCHEMA, orient="row") if event_rows \
         else pl.DataFrame(schema=EVENT_SCHEMA)
+    if summary_frames:
+        events = pl.concat([events, *summary_frames], how="vertical_relaxed")
     events = _fill_ranks_from_local(events)
     stacks = pl.DataFrame(stack_rows, schema=STACK_SCHEMA) if stack_rows \
         else pl.DataFrame(schema=STACK_SCHEMA)
@@ -263,6 +272,33 @@ def _read_bundle(tree: Tree, notes: list[InputNote]) -> Bundle | None:
                                                      "interrupted); partial results used"))
             return Bundle(display=tree.display, manifest=manifest)
     return None
+
+
+def _load_summaries(tree: Tree, bundle: Bundle, notes: list[InputNote],
+                    inputs: list[InputRecord], frames: list[pl.DataFrame]) -> bool:
+    """Events pre-parsed by collect (``summaries/events.parquet``), sources made absolute."""
+    entry = bundle.manifest.get("summaries")
+    if not isinstance(entry, dict) or not entry.get("events"):
+        return False
+    try:
+        data = tree.read_bytes(entry["events"])
+        if data is None:
+            return False
+        events = pl.read_parquet(io.BytesIO(data)).select(list(EVENT_SCHEMA)).cast(EVENT_SCHEMA)
+    except Exception as err:  # a bad summary only costs the shortcut: raw logs are read instead
+        notes.append(InputNote(f"{tree.display}/{entry['events']}",
+                               f"summary unreadable, raw logs read instead: {err}", "info"))
+        return False
+    display = {m.relpath: m.display for m in tree.members}
+    events = events.with_columns(
+        pl.col("source").replace_strict(display, default=None)
+        .fill_null(pl.lit(f"{tree.display}/") + pl.col("source")).alias("source"))
+    frames.append(events)
+    for rel, lines in (entry.get("logs") or {}).items():
+        path = display.get(rel, f"{tree.display}/{rel}")
+        n = events.filter(pl.col("source") == path).height
+        inputs.append(InputRecord(path, "log", int(lines), 0, n))
+    return True
 
 
 def _json_member(tree: Tree, relpath: str, notes: list[InputNote]) -> Any:

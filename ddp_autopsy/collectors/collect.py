@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ddp_autopsy import __version__
-from ddp_autopsy.collectors import flight_recorder, host, logs, network, procs, pyspy
+from ddp_autopsy.collectors import flight_recorder, host, logs, network, procs, pyspy, summaries
 from ddp_autopsy.collectors.bundle import (
     ERROR,
     EXITED,
@@ -150,6 +150,7 @@ class _Collection:
         self.checkpoint()
         plan = self.copy_logs()
         self.pick_up_flight_recorder(fr, triggered, fr_started)
+        self.summarize()
         warnings = _warnings(self.bundle, self.procs, plan, self.pyspy_exe, triggered)
         self.bundle.manifest["warnings"] = warnings
         manifest = self.checkpoint(complete=True)
@@ -205,6 +206,14 @@ class _Collection:
         plan = planned.value if planned and planned.done and planned.value else logs.LogPlan()
         self.bundle.manifest["logs"] = logs.copy_all(self.bundle, plan, step_timeout=self.step)
         return plan
+
+    def summarize(self) -> None:
+        """Pre-parse the copied logs (summaries.py); a failure only costs the shortcut."""
+        self.checkpoint()
+        done = self.bundle.probe("summarize logs", lambda: summaries.write(self.bundle.root),
+                                 target="summaries", step_timeout=max(self.step, 30.0))
+        if done and done.done and done.value:
+            self.bundle.manifest["summaries"] = done.value
 
     def pick_up_flight_recorder(self, fr: flight_recorder.FrPlan,
                                 triggered: list[dict[str, Any]], fr_started: float) -> None:

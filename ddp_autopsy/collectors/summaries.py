@@ -1,0 +1,28 @@
+"""Compact summaries written into the bundle: the copied logs pre-parsed into the ``events``
+frame (``summaries/events.parquet``), so that analyzing thousands of bundles reads small
+summaries instead of re-reading every raw log. The raw logs stay in the bundle for evidence;
+``ddp-autopsy analyze --raw-logs`` ignores the summaries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+EVENTS = "summaries/events.parquet"
+
+
+def write(root: Path) -> dict[str, Any]:
+    """Parse the bundle's logs with the analyzer itself and store the result; return the
+    manifest entry ``{"events": path, "rows": n, "logs": {log path: lines}}``."""
+    from ddp_autopsy.analyzer.job import load
+
+    job = load([root], use_summaries=False)
+    prefix = f"{root}/"
+    rel = pl.col("source").str.strip_prefix(prefix)
+    events = job.events.with_columns(rel.alias("source"))
+    (root / EVENTS).parent.mkdir(parents=True, exist_ok=True)
+    events.write_parquet(root / EVENTS)
+    logs = {rec.path.removeprefix(prefix): rec.lines for rec in job.inputs if rec.kind == "log"}
+    return {"events": EVENTS, "rows": events.height, "logs": logs}
