@@ -288,3 +288,15 @@ def evidence_of(row: dict[str, Any]) -> Evidence:
 def first_ts(rows: Iterable[dict[str, Any]]) -> datetime | None:
     stamps = [r["ts"] for r in rows if r.get("ts") is not None]
     return min(stamps) if stamps else None
+
+
+def ranks_of(rows: Iterable[dict[str, Any]]) -> set[int]:
+    """The known ranks of some ``events`` rows."""
+    return {r["rank"] for r in rows if r.get("rank") is not None}
+
+
+def subject(ranks: Iterable[int], default: str = "A rank") -> str:
+    """The start of a summary sentence: ``"Ranks 0-2"``, ``"Rank 3"`` or ``default``."""
+    rs = set(ranks)
+    phrase = rank_phrase(rs) if rs else default
+    return phrase[0].upper() + phrase[1:]

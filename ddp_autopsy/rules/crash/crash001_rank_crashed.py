@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, subject
 
 #: Exceptions that report somebody else's failure (or the launcher's reaction to it).
 CONSEQUENCE = re.compile(
@@ -100,8 +100,8 @@ class RankCrashed(Rule):
             ranks = {r["rank"] for r in same if r["rank"] is not None}
             entry = next((f for f in failures if f["data"].get("rank") in ranks), None)
             code = entry["data"].get("exitcode") if entry else None
-            who = rank_phrase(ranks) if ranks else "A rank"
-            summary = f"{who[0].upper()}{who[1:]} crashed first: {_describe(first)}"
+            who = subject(ranks, "A rank")
+            summary = f"{who} crashed first: {_describe(first)}"
             if code is not None:
                 summary += f"; exit code {code}"
             evidence = [evidence_of(first)] + ([evidence_of(entry)] if entry else [])

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of, subject
 
 
 class OutOfMemory(Rule):
@@ -41,12 +41,12 @@ class OutOfMemory(Rule):
         rows = [r for r in job.rows("oom") if not job.superseded(r["source"], r["line"])]
         if not rows:
             return
-        ranks = {r["rank"] for r in rows if r["rank"] is not None}
+        ranks = ranks_of(rows)
         tried = next((r["data"]["tried"] for r in rows if r["data"].get("tried")), None)
         kind = "host memory (OOM killer)" if any(r["data"].get("host") for r in rows) \
             else "GPU memory" if any("CUDA" in r["text"] for r in rows) else "memory"
-        who = rank_phrase(ranks) if ranks else "A rank"
-        summary = f"{who[0].upper()}{who[1:]} ran out of {kind}"
+        who = subject(ranks, "A rank")
+        summary = f"{who} ran out of {kind}"
         summary += f" (tried to allocate {tried})." if tried else "."
         yield self.finding(summary, evidence=[evidence_of(r) for r in rows[:2]], ranks=ranks,
                            hosts=[r["host"] for r in rows], confidence=0.9, ts=first_ts(rows),

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of, subject
 
 
 class BackendDeviceMismatch(Rule):
@@ -42,14 +42,14 @@ class BackendDeviceMismatch(Rule):
         rows = job.rows("backend_device_mismatch")
         if not rows:
             return
-        ranks = {r["rank"] for r in rows if r["rank"] is not None}
+        ranks = ranks_of(rows)
         d = rows[0]["data"]
         device = d.get("device") or d.get("device2") or \
             ("cpu" if d.get("need") == "CUDA" else "cuda" if d.get("need") else None)
         what = f"tensors on {device}" if device else "tensors"
-        who = rank_phrase(ranks) if ranks else "A rank"
+        who = subject(ranks, "A rank")
         yield self.finding(
-            f"{who[0].upper()}{who[1:]} ran a collective on {what} that its backend does not "
+            f"{who} ran a collective on {what} that its backend does not "
             "support.", evidence=[evidence_of(r) for r in rows[:2]], ranks=ranks,
             confidence=0.9, ts=first_ts(rows), details={"device": device},
         )

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of, subject
 
 
 class NoSocketInterface(Rule):
@@ -50,9 +50,9 @@ class NoSocketInterface(Rule):
         values = sorted({f"{r['data']['var']}={r['data']['value']}" for r in settings})
         values += sorted({f"GLOO_SOCKET_IFNAME={r['data']['ifname']}" for r in rows
                           if r["data"].get("ifname")} - set(values))
-        ranks = {r["rank"] for r in rows if r["rank"] is not None}
-        who = rank_phrase(ranks) if ranks else "A rank"
-        summary = f"{who[0].upper()}{who[1:]} found no usable socket interface"
+        ranks = ranks_of(rows)
+        who = subject(ranks, "A rank")
+        summary = f"{who} found no usable socket interface"
         summary += f" ({', '.join(values)} matches no interface with an address)." if values \
             else "."
         yield self.finding(summary, evidence=[evidence_of(r) for r in (settings[:1] + rows[:2])],

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, subject
 
 
 class DuplicateGpu(Rule):
@@ -50,9 +50,9 @@ class DuplicateGpu(Rule):
             ranks |= {d[k] for k in ("r1", "r2", "r3", "r4") if k in d}
             buses |= {d[k] for k in ("busid", "bus2") if k in d}
         where = f" (CUDA device bus id {', '.join(sorted(buses))})" if buses else ""
-        who = rank_phrase(ranks) if ranks else "Several ranks"
+        who = subject(ranks, "Several ranks")
         yield self.finding(
-            f"{who[0].upper()}{who[1:]} use the same GPU{where}.",
+            f"{who} use the same GPU{where}.",
             evidence=[evidence_of(r) for r in rows[:2]], ranks=ranks,
             hosts=[r["host"] for r in rows], confidence=0.95, ts=first_ts(rows),
             details={"bus_ids": sorted(buses)},

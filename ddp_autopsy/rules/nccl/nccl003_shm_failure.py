@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of, subject
 
 
 class ShmFailure(Rule):
@@ -52,8 +52,8 @@ class ShmFailure(Rule):
             why = "is too small"
         else:
             why = "failed"
-        ranks = {r["rank"] for r in rows if r["rank"] is not None}
-        who = rank_phrase(ranks) if ranks else "A rank"
+        ranks = ranks_of(rows)
+        who = subject(ranks, "A rank")
         yield self.finding(
             f"Shared memory (/dev/shm) {why}: {who} could not set up its shared-memory segments.",
             evidence=[evidence_of(r) for r in rows[:2]], ranks=ranks,

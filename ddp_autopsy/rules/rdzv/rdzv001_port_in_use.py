@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of
 
 
 class PortInUse(Rule):
@@ -56,7 +56,7 @@ class PortInUse(Rule):
             cmd = " ".join(h.get("holder_cmdline") or [])[:120]
             summary += f"; it is held by pid {h['holder_pid']} ({cmd})"
         # Only the store host binds the port: rank 0's process, or node 0's torchrun agent.
-        ranks = {r["rank"] for r in rows if r["rank"] is not None} or {0}
+        ranks = ranks_of(rows) or {0}
         yield self.finding(
             summary + ".",
             evidence=[evidence_of(r) for r in rows[:3]],

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of, subject
 
 
 class CollectiveTimeout(Rule):
@@ -42,13 +42,13 @@ class CollectiveTimeout(Rule):
         rows = job.rows("watchdog_timeout", "gloo_timeout", "watchdog_summary")
         if not rows:
             return
-        ranks = {r["rank"] for r in rows if r["rank"] is not None}
+        ranks = ranks_of(rows)
         ops = sorted({f"{r['data']['op']} #{r['data'].get('seq', '?')}" for r in rows
                       if r["kind"] == "watchdog_timeout"})
         what = f" in {', '.join(ops[:3])}" if ops else ""
-        who = rank_phrase(ranks) if ranks else "Ranks"
+        who = subject(ranks, "Ranks")
         yield self.finding(
-            f"{who[0].upper()}{who[1:]} timed out waiting for peers{what}.",
+            f"{who} timed out waiting for peers{what}.",
             evidence=[evidence_of(r) for r in rows[:3]], ranks=ranks,
             hosts=[r["host"] for r in rows], confidence=0.9, ts=first_ts(rows),
         )

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of, subject
 
 
 class PeerClosed(Rule):
@@ -39,10 +39,10 @@ class PeerClosed(Rule):
         rows = job.rows("peer_closed")
         if not rows:
             return
-        ranks = {r["rank"] for r in rows if r["rank"] is not None}
+        ranks = ranks_of(rows)
         peers = sorted({r["data"]["peer"] for r in rows if r["data"].get("peer")})
-        who = rank_phrase(ranks) if ranks else "Ranks"
-        summary = f"{who[0].upper()}{who[1:]} lost the connection to a peer"
+        who = subject(ranks, "Ranks")
+        summary = f"{who} lost the connection to a peer"
         summary += f" ({', '.join(peers[:4])})." if peers else "."
         yield self.finding(summary, evidence=[evidence_of(r) for r in rows[:3]], ranks=ranks,
                            hosts=[r["host"] for r in rows], confidence=0.9, ts=first_ts(rows),
