@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, subject
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
 
 
 class UnusedParameters(Rule):
@@ -54,7 +54,7 @@ class UnusedParameters(Rule):
                 params += [p.strip() for p in d["params"].split(",") if p.strip()]
             elif r["rank"] is not None:
                 ranks.add(r["rank"])
-        who = subject(ranks, "DDP")
+        who = rank_phrase(ranks)
         names = ", ".join(sorted(set(params))[:6])
         summary = f"Parameters got no gradient on {who}" if ranks else \
             "DDP found parameters that got no gradient"

@@ -48,6 +48,13 @@ class BackendDeviceMismatch(Rule):
             ("cpu" if d.get("need") == "CUDA" else "cuda" if d.get("need") else None)
         what = f"tensors on {device}" if device else "tensors"
         who = subject(ranks, "A rank")
+        if any("NCCL built in" in r["text"] for r in rows):
+            yield self.finding(
+                f"{subject(ranks, 'The job')} asked for the NCCL backend, which this torch build "
+                "does not have (no CUDA): use Gloo on CPU-only machines.",
+                evidence=[evidence_of(r) for r in rows[:2]], ranks=ranks, confidence=0.9,
+                ts=first_ts(rows), details={"device": "cpu"})
+            return
         yield self.finding(
             f"{who} ran a collective on {what} that its backend does not "
             "support.", evidence=[evidence_of(r) for r in rows[:2]], ranks=ranks,
