@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -72,6 +71,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=0, help="DataLoader workers per rank")
     args = ap.parse_args()
     from ddp_autopsy.collectors import CollectOptions, collect
+    from ddp_autopsy.demo import stop_job
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-collect-"))
     (tmp / "job.py").write_text(JOB)
@@ -96,8 +96,7 @@ def main() -> int:
         wall = time.perf_counter() - t0
         beats_after = {p.name: int(p.read_text()) for p in tmp.glob("beat*[0-9]")}
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        stop_job(proc, grace_s=5)
     procs = result.manifest["processes"]
     stacks = sum(p.get("stack_status") == "ok" for p in procs)
     expected = wall / 0.01

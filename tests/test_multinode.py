@@ -6,9 +6,7 @@ collect` would, and the two bundles are analyzed together."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +16,7 @@ from collect_helpers import free_port, wait_for
 
 from ddp_autopsy.analyzer.job import load
 from ddp_autopsy.collectors import CollectOptions, collect
+from ddp_autopsy.demo import stop_job
 from ddp_autopsy.rules.engine import run
 
 SCRIPT = Path(__file__).parent / "multinode" / "two_node_hang.py"
@@ -52,9 +51,7 @@ def test_two_bundles_merge_into_one_job(tmp_path: Path) -> None:
             bundles.append(res.bundle)
     finally:
         for agent in agents:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(agent.pid, signal.SIGKILL)
-            agent.wait(timeout=30)
+            stop_job(agent, grace_s=10)
 
     job = load(bundles)
     assert sorted(job.ranks["rank"].to_list()) == [0, 1, 2, 3]

@@ -216,3 +216,17 @@ def children_map(snapshots: dict[int, ProcSnapshot]) -> dict[int, list[int]]:
     for kids in children.values():
         kids.sort()
     return children
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children first), from one ``/proc`` scan."""
+    kids: dict[int, list[int]] = {}
+    for other in list_pids():
+        stat = read_stat(other)
+        if stat is not None:
+            kids.setdefault(stat[0], []).append(other)
+    out, frontier = [], [pid]
+    while frontier:
+        frontier = [k for p in frontier for k in kids.get(p, [])]
+        out += frontier
+    return out

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from ddp_autopsy.collectors import procs
+
 NPROC = 3
 READY_TIMEOUT_S = 120.0
 
@@ -44,16 +46,21 @@ def _wait_ready(console: Path, proc: subprocess.Popen, timeout: float) -> None:
     raise DemoError(f"the demo job did not reach its hang within {timeout:.0f} s; see {console}")
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=15)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+def stop_job(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """Stop a launcher and everything below it. torchrun starts workers in their own sessions,
+    so killing the launcher's group is not enough: SIGTERM lets the agent stop its workers,
+    then whatever is left of the tree (recorded first) is SIGKILLed."""
+    tree = procs.descendants(proc.pid)
+    if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=15)
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+    for pid in [proc.pid, *tree]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
 
 
 def run_demo(out: Path, log=print) -> Path:
@@ -84,5 +91,5 @@ def run_demo(out: Path, log=print) -> Path:
         result = collect(CollectOptions(pid=proc.pid, out=out / "bundle", logs=[console],
                                         deadline_s=60, step_timeout_s=15))
     finally:
-        _stop(proc)
+        stop_job(proc)
     return result.bundle
