@@ -26,11 +26,13 @@ def main() -> None:
     """Find which rank hung or killed a PyTorch distributed job, what it was doing, and why."""
 
 
-def _analyze(paths: tuple[Path, ...], raw_logs: bool = False):  # -> Analysis
+def _analyze(paths: tuple[Path, ...], raw_logs: bool = False, progress: bool = True):
+    from ddp_autopsy.analyzer import progress as reading
     from ddp_autopsy.analyzer.job import load
     from ddp_autopsy.rules.engine import run
 
-    job = load(list(paths), use_summaries=not raw_logs)
+    with reading.reading(enabled=progress):
+        job = load(list(paths), use_summaries=not raw_logs)
     if not job.inputs:
         for note in job.notes:
             click.echo(f"ddp-autopsy: {note.path}: {note.message}", err=True)
@@ -60,7 +62,7 @@ def analyze(paths: tuple[Path, ...], fmt: str, html_path: Path | None, color: bo
 
     Several PATHs (e.g. one bundle per node) are analyzed together as one job.
     """
-    analysis = _analyze(paths, raw_logs)
+    analysis = _analyze(paths, raw_logs, progress=fmt == "text")
     if fmt == "json":
         from ddp_autopsy.reports import json_report
 
@@ -93,9 +95,11 @@ def report(paths: tuple[Path, ...], output: Path) -> None:
 def inspect(paths: tuple[Path, ...], out: Path) -> None:
     """Write the parsed frames (events, stacks, ranks, env, processes) as parquet files,
     to query with polars or duckdb (docs/frames.md)."""
+    from ddp_autopsy.analyzer import progress
     from ddp_autopsy.analyzer.job import load
 
-    job = load(list(paths))
+    with progress.reading():
+        job = load(list(paths))
     if not job.inputs:
         for note in job.notes:
             click.echo(f"ddp-autopsy: {note.path}: {note.message}", err=True)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import hashlib
 import io
+import lzma
 import os
+import shutil
+import subprocess
 import tarfile
 import zipfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -177,3 +182,152 @@ def test_scan_never_raises_on_arbitrary_bytes(data: bytes) -> None:
 def test_engine_never_raises_on_shuffled_messages(lines: list[str]) -> None:
     notes: list = []
     scan_text(io.BytesIO("\n".join(lines).encode()), FileContext("x.log", 2026), notes)
+
+
+def test_nul_filled_hole_is_dropped_not_taken_for_binary(tmp_path: Path) -> None:
+    # A log truncated while its writer kept its offset starts with a NUL-filled hole.
+    (tmp_path / "train.log").write_bytes(b"\x00" * 200_000 + b"ok\n" + PORT_LINE.encode())
+    job = load([tmp_path])
+    assert "NUL bytes dropped" in _notes(job)
+    assert job.events["line"].to_list() == [2]
+
+
+def test_nul_bytes_inside_lines(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_bytes(b"a\x00b\n" + PORT_LINE.encode().replace(b"server", b"ser\x00ver"))
+    job = load([tmp_path])
+    assert job.events["line"].to_list() == [2]
+    assert "\x00" not in job.events["text"][0]
+
+
+def test_unreadable_file_is_noted(tmp_path: Path, monkeypatch) -> None:
+    from ddp_autopsy.analyzer import sources
+
+    (tmp_path / "secret.log").write_text(PORT_LINE)
+    (tmp_path / "train.log").write_text(PORT_LINE)
+    real_open = open
+
+    def deny(path, *args, **kwargs):
+        if str(path).endswith("secret.log"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(sources, "open", deny, raising=False)
+    job = load([tmp_path])
+    assert "Permission denied" in _notes(job)
+    assert run(job).verdict.cause == "port_in_use"
+
+
+@pytest.mark.parametrize("kind", ["bz2", "xz", "zst"])
+def test_truncated_compressed_file_keeps_what_was_read(tmp_path: Path, kind: str) -> None:
+    if kind == "zst" and not shutil.which("zstd"):
+        pytest.skip("no zstd command")
+    data = (PORT_LINE + "".join(f"filler line {i}\n" for i in range(50_000))).encode()
+    if kind == "zst":
+        packed = subprocess.run(["zstd", "-q", "-c"], input=data, capture_output=True).stdout
+    else:
+        packed = bz2.compress(data, 1) if kind == "bz2" else lzma.compress(data, preset=0)
+    (tmp_path / f"train.log.{kind}").write_bytes(packed[: len(packed) // 2])
+    job = load([tmp_path])
+    assert "truncated or corrupt" in _notes(job)
+    assert run(job).verdict.cause == "port_in_use"
+
+
+def test_corrupt_zip_member_is_noted(tmp_path: Path) -> None:
+    body = PORT_LINE + "".join(f"filler line {i}\n" for i in range(20_000))
+    with zipfile.ZipFile(tmp_path / "logs.zip", "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("node0/train.log", body)
+    raw = bytearray((tmp_path / "logs.zip").read_bytes())
+    at = raw.index(b"filler line 19999")
+    raw[at : at + 6] = b"XXXXXX"  # the stored CRC no longer matches
+    (tmp_path / "logs.zip").write_bytes(bytes(raw))
+    job = load([tmp_path / "logs.zip"])
+    assert "truncated or corrupt" in _notes(job)
+    assert run(job).verdict.cause == "port_in_use"
+
+
+def test_utf16_log(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_bytes(("héllo\n" + PORT_LINE).encode("utf-16"))
+    job = load([tmp_path])
+    assert job.events["line"].to_list() == [2]
+
+
+def test_over_long_line_is_cut_and_noted(tmp_path: Path, monkeypatch) -> None:
+    from ddp_autopsy.analyzer import events
+
+    monkeypatch.setattr(events, "BLOCK_BYTES", 1 << 12)
+    monkeypatch.setattr(events, "LONG_LINE", 1 << 14)
+    monkeypatch.setattr(events, "LONG_LINE_KEEP", 1 << 10)
+    (tmp_path / "big.log").write_text("x" * (1 << 16) + PORT_LINE.rstrip("\n") + "\n" + PORT_LINE)
+    job = load([tmp_path])
+    assert "was cut" in _notes(job)
+    assert job.events["line"].to_list() == [1, 2]
+
+
+LINES = st.sampled_from([
+    PORT_LINE.rstrip("\n"), "", "\r", "plain text", "héllo wörld ✓ 日本", "x\ry",
+    "[rank1]: Traceback (most recent call last):", '[rank1]:   File "t.py", line 3, in f',
+    "[rank1]: ValueError: bad", "Root Cause (first observed failure):", "[0]:",
+    "  rank      : 0 (local_rank: 0)", "  exitcode  : -9 (pid: 12)",
+    "gpu1:12:12 [0] NCCL INFO comm 0x5 rank 0 nranks 2 cudaDev 0 busId 1a000 - Init COMPLETE",
+    "\x1f\x1e", "é" * 50,
+])
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(LINES, max_size=60), st.sampled_from(["\n", "\r\n"]), st.integers(1, 200),
+       st.booleans())
+def test_block_size_never_changes_events_or_line_numbers(
+    lines: list[str], eol: str, block: int, final_eol: bool
+) -> None:
+    from ddp_autopsy.analyzer import events
+
+    data = (eol.join(lines) + (eol if final_eol else "")).encode()
+    whole = scan_text(io.BytesIO(data), FileContext("x.log", 2026), [])
+    saved = events.BLOCK_BYTES
+    events.BLOCK_BYTES = block
+    try:
+        stats = events.ScanStats()
+        pieces = scan_text(io.BytesIO(data), FileContext("x.log", 2026), [], stats)
+    finally:
+        events.BLOCK_BYTES = saved
+    assert pieces == whole
+    assert stats.lines == data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
+
+
+def test_search_reads_the_raw_lines_behind_events(tmp_path: Path) -> None:
+    from ddp_autopsy.analyzer.events import search
+
+    data = b"alpha\nbeta \xff RuntimeError\ngamma\ndelta\n"
+    found = search(io.BytesIO(data), "x.log", [], r"Runtime\w+", numbers=[1, 4])
+    assert found.rows() == [(1, "alpha"), (2, "beta \ufffd RuntimeError"), (4, "delta")]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("tty, enabled, shown", [(True, True, True), (False, True, False),
+                                                 (True, False, False)])
+def test_progress_only_on_a_terminal(tmp_path: Path, monkeypatch, tty: bool, enabled: bool,
+                                     shown: bool) -> None:
+    from ddp_autopsy.analyzer import progress
+
+    monkeypatch.setattr(progress, "DELAY", 0.0)
+    (tmp_path / "train.log").write_text(PORT_LINE * 1000)
+    out = _Terminal() if tty else io.StringIO()
+    with progress.reading(enabled, out):
+        job = load([tmp_path])
+    assert job.events.height == 1000
+    assert ("reading logs" in out.getvalue()) is shown
+
+
+def test_needle_lookup_is_the_same_vectorised_or_not(monkeypatch) -> None:
+    from ddp_autopsy.analyzer import events
+
+    data = "\n".join(["x", PORT_LINE.rstrip("\n"), "torch.OutOfMemoryError: CUDA out of memory",
+                      "NCCL error: remote process exited or there was a network error"]).encode()
+    python = scan_text(io.BytesIO(data), FileContext("x.log", 2026), [])
+    monkeypatch.setattr(events, "FOUND_VECTORISED", 0)
+    assert scan_text(io.BytesIO(data), FileContext("x.log", 2026), []) == python
+    assert [r["kind"] for r in python] == ["port_in_use", "oom", "exception", "peer_closed"]

@@ -22,10 +22,12 @@ from typing import Any
 
 import polars as pl
 
+from ddp_autopsy.analyzer import attribution
 from ddp_autopsy.analyzer.events import EVENT_SCHEMA, FileContext, ScanStats, scan_text
 from ddp_autopsy.analyzer.layout import attribution_from_path
 from ddp_autopsy.analyzer.sources import (
     BUNDLE_SCHEMA_PREFIX,
+    READ_ERRORS,
     SKIP_SUFFIXES,
     InputNote,
     Member,
@@ -164,6 +166,19 @@ def _year_of(member: Member) -> int:
     return datetime.fromtimestamp(ts).year
 
 
+def _context(member: Member, host: str | None = None,
+             ref: datetime | None = None) -> FileContext:
+    """A file's context; year-less stamps are dated against ``ref`` (a bundle's collection
+    time) or the file's modification time."""
+    when = ref or (datetime.fromtimestamp(member.mtime) if member.mtime else None)
+    return FileContext(member.display, _year_of(member), host=host, ref_time=when)
+
+
+def processes_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=PROCESS_SCHEMA) if rows else pl.DataFrame(
+        schema=PROCESS_SCHEMA)
+
+
 def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
     """Read every PATH (files, directories, archives, bundles) into one Job.
 
@@ -188,19 +203,18 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
             _load_bundle(tree, bundle, notes, inputs, event_rows, stack_rows, env_rows, proc_rows)
             continue
         for member in tree.members:
-            _load_member(member, FileContext(display=member.display, year=_year_of(member)),
+            _load_member(member, _context(member),
                          notes, inputs, event_rows, stack_rows)
 
     events = pl.DataFrame(event_rows, schema=EVENT_SCHEMA, orient="row") if event_rows \
         else pl.DataFrame(schema=EVENT_SCHEMA)
     if summary_frames:
         events = pl.concat([events, *summary_frames], how="vertical_relaxed")
-    events = _fill_ranks_from_local(events)
+    events = attribution.resolve(events, processes_frame(proc_rows))
     stacks = pl.DataFrame(stack_rows, schema=STACK_SCHEMA) if stack_rows \
         else pl.DataFrame(schema=STACK_SCHEMA)
     env = pl.DataFrame(env_rows, schema=ENV_SCHEMA) if env_rows else pl.DataFrame(schema=ENV_SCHEMA)
-    processes = pl.DataFrame(proc_rows, schema=PROCESS_SCHEMA) if proc_rows \
-        else pl.DataFrame(schema=PROCESS_SCHEMA)
+    processes = processes_frame(proc_rows)
     job = Job(events=events, stacks=stacks, ranks=pl.DataFrame(), env=env, processes=processes,
               inputs=inputs, notes=notes, bundles=bundles)
     job.ranks = _ranks_frame(job)
@@ -244,7 +258,7 @@ def _load_member(member: Member, ctx: FileContext, notes: list[InputNote],
             rows = scan_text(fh, ctx, notes, stats)
             event_rows.extend(rows)
             inputs.append(InputRecord(member.display, "log", stats.lines, stats.bytes, len(rows)))
-    except (OSError, EOFError, ValueError) as err:
+    except READ_ERRORS as err:
         notes.append(InputNote(member.display, f"cannot read: {err}", "warning"))
 
 
@@ -284,7 +298,9 @@ def _load_summaries(tree: Tree, bundle: Bundle, notes: list[InputNote],
         data = tree.read_bytes(entry["events"])
         if data is None:
             return False
-        events = pl.read_parquet(io.BytesIO(data)).select(list(EVENT_SCHEMA)).cast(EVENT_SCHEMA)
+        stored = pl.read_parquet(io.BytesIO(data))
+        events = pl.concat([pl.DataFrame(schema=EVENT_SCHEMA), stored], how="diagonal_relaxed") \
+            .select(list(EVENT_SCHEMA)).cast(EVENT_SCHEMA)
     except Exception as err:  # a bad summary only costs the shortcut: raw logs are read instead
         notes.append(InputNote(f"{tree.display}/{entry['events']}",
                                f"summary unreadable, raw logs read instead: {err}", "info"))
@@ -301,6 +317,15 @@ def _load_summaries(tree: Tree, bundle: Bundle, notes: list[InputNote],
     return True
 
 
+def _when(stamp: Any) -> datetime | None:
+    """A manifest time as naive local time (the stamps in the logs are local and naive)."""
+    try:
+        when = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return None
+    return when.astimezone().replace(tzinfo=None) if when.tzinfo else when
+
+
 def _json_member(tree: Tree, relpath: str, notes: list[InputNote]) -> Any:
     try:
         data = tree.read_bytes(relpath)
@@ -315,6 +340,7 @@ def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: lis
                  env_rows: list[dict[str, Any]], proc_rows: list[dict[str, Any]]) -> None:
     man = bundle.manifest
     host = man.get("host")
+    collected = _when(man.get("created"))
     inputs.append(InputRecord(f"{tree.display}/manifest.json", "bundle-manifest"))
     probes = _json_member(tree, "network/probe.json", notes)
     if isinstance(probes, list):
@@ -346,7 +372,7 @@ def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: lis
             else:
                 owner = StackOwner(member.display, host, proc["pid"], proc.get("rank"),
                                    proc.get("local_rank"))
-                _load_member(member, FileContext(member.display, _year_of(member), host=host),
+                _load_member(member, _context(member, host=host, ref=collected),
                              notes, inputs, event_rows, stack_rows, owner)
         info = _json_member(tree, f"processes/{proc['pid']}/info.json", notes)
         if isinstance(info, dict):
@@ -369,7 +395,7 @@ def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: lis
         if entry.get("truncated"):
             notes.append(InputNote(member.display, "log was truncated by collect (head and tail "
                                    "kept)", "info"))
-        ctx = FileContext(member.display, _year_of(member), host=host)
+        ctx = _context(member, host=host, ref=collected)
         proc = by_pid.get(entry.get("pid")) if isinstance(entry.get("pid"), int) else None
         if proc is not None and proc.get("rank") is not None:
             ctx.rank, ctx.local_rank = proc["rank"], proc.get("local_rank")
@@ -377,33 +403,6 @@ def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: lis
         _load_member(member, ctx, notes, inputs, event_rows, stack_rows)
     # py-spy text dumps duplicate the JSON ones; everything else listed was read above.
     _ = stack_paths
-
-
-def _fill_ranks_from_local(events: pl.DataFrame) -> pl.DataFrame:
-    """Within one source, lines carrying both a local rank and a rank give the mapping for lines
-    that carry only the local rank (e.g. ``[default1]:`` lines next to ``[default1]:[rank5]:``)."""
-    if events.height == 0:
-        return events
-    pairs = (
-        events.filter(pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null())
-        .group_by("source", "local_rank")
-        .agg(pl.col("rank").unique().alias("ranks"))
-        .filter(pl.col("ranks").list.len() == 1)
-        .select("source", "local_rank", pl.col("ranks").list.first().alias("mapped"))
-    )
-    if pairs.height == 0:
-        return events
-    return (
-        events.join(pairs, on=["source", "local_rank"], how="left")
-        .with_columns(
-            pl.when(pl.col("rank").is_null() & pl.col("mapped").is_not_null())
-            .then(pl.lit("launcher prefix mapped via [rankN] lines"))
-            .otherwise(pl.col("cue"))
-            .alias("cue"),
-            pl.coalesce("rank", "mapped").alias("rank"),
-        )
-        .drop("mapped")
-    )
 
 
 RANKS_SCHEMA: dict[str, Any] = {

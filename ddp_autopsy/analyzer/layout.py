@@ -5,12 +5,17 @@ All layout knowledge is kept here, so a new layout touches one file:
 - torchrun ``--log-dir``: ``<run_id>/attempt_<n>/<local_rank>/{stdout,stderr,error}.log``
 - per-rank files: ``rank3.log``, ``train_rank-3.out``, ``worker-3.txt``, ``proc3.log``
   (but not ``node-rank2.log``, which names a node)
-- NCCL_DEBUG_FILE ``%h.%p``: ``gpu-node7.12345``
-- SLURM per-task output: ``slurm-<jobid>_<taskid>.out`` / ``%t`` task ids
+- NCCL_DEBUG_FILE ``%h.%p``: ``gpu-node7.12345``, or named ``nccl-%h-%p.log`` and the like
+- SLURM per-task output (``--output=...%t...``): ``train-task3.out``, ``job_1234.task-3.log``;
+  a task is a rank only when the file's lines confirm it (see ``attribution``)
 
 >>> attribution_from_path("logs/0f3e/attempt_0/2/stderr.log")
-PathCue(rank=None, local_rank=2, host=None, pid=None, cue='torchrun --log-dir path')
+PathCue(rank=None, local_rank=2, host=None, pid=None, task=None, cue='torchrun --log-dir path')
 >>> attribution_from_path("out/worker-3.txt").rank
+3
+>>> attribution_from_path("nccl_logs/nccl-gpu-node7-12345.log")[2:4]
+('gpu-node7', 12345)
+>>> attribution_from_path("slurm/train-task3.out").task
 3
 >>> attribution_from_path("node-rank2.log").rank is None
 True
@@ -19,16 +24,16 @@ True
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class PathCue:
+class PathCue(NamedTuple):
     rank: int | None = None
     local_rank: int | None = None
     host: str | None = None
     pid: int | None = None
+    task: int | None = None
     cue: str | None = None
 
 
@@ -36,10 +41,15 @@ LOG_DIR = re.compile(
     r"(?:^|/)attempt_(?P<attempt>\d+)/(?P<lr>\d+)/(?:stdout|stderr|error)\.(?:log|json)$"
 )
 RANK_NAME = re.compile(
-    r"(?:^|[^a-z0-9])(?:global[-_]?)?(?:rank|worker|proc|process|task)[-_.]?(?P<n>\d+)(?!\d)", re.I
+    r"(?:^|[^a-z0-9])(?:global[-_]?)?(?:rank|worker|proc|process)[-_.]?(?P<n>\d+)(?!\d)", re.I
 )
+TASK_NAME = re.compile(r"(?:^|[^a-z0-9])task[-_.]?(?P<n>\d+)(?!\d)", re.I)
 NODE_NAME = re.compile(r"node[-_]?(?:rank)?[-_]?\d", re.I)
 NCCL_DEBUG_FILE = re.compile(r"^(?P<host>[A-Za-z][\w-]*)\.(?P<pid>\d{2,})$")
+NCCL_NAMED = re.compile(
+    r"nccl[^/]*?[._-](?P<host>[A-Za-z][\w-]*?)[._-](?P<pid>\d{2,})(?:\.(?:log|txt|out))?$", re.I
+)
+SUFFIXES = re.compile(r"(?:\.(?:log|txt|out|err))?(?:\.(?:gz|bz2|xz|zst))?$", re.I)
 
 
 def attribution_from_path(path: str) -> PathCue:
@@ -47,12 +57,14 @@ def attribution_from_path(path: str) -> PathCue:
     m = LOG_DIR.search(posix)
     if m:
         return PathCue(local_rank=int(m.group("lr")), cue="torchrun --log-dir path")
-    name = PurePosixPath(posix).name
-    m = NCCL_DEBUG_FILE.match(name)
+    name = re.sub(r"\.(?:gz|bz2|xz|zst)$", "", PurePosixPath(posix).name, flags=re.I)
+    m = NCCL_DEBUG_FILE.match(name) or NCCL_NAMED.search(name)
     if m:
         return PathCue(host=m.group("host"), pid=int(m.group("pid")), cue="NCCL_DEBUG_FILE name")
-    stem = re.sub(r"\.(log|txt|out|err|gz|bz2|xz|zst)$", "", name, flags=re.I)
-    stem = re.sub(r"\.(log|txt|out|err)$", "", stem, flags=re.I)
+    stem = SUFFIXES.sub("", name)
+    m = TASK_NAME.search(stem)
+    if m:
+        return PathCue(task=int(m.group("n")), cue="SLURM task in file name")
     if NODE_NAME.search(stem):
         return PathCue()
     m = RANK_NAME.search(stem)

@@ -1,28 +1,42 @@
 """Input discovery: turn the user's PATHs into readable sources, never extracting or modifying.
 
 A PATH may be a log file (optionally ``.gz``/``.bz2``/``.xz``/``.zst``), a directory of logs, an
-archive (``.tar``, ``.tar.gz``, ``.tgz``, ``.zip``) read in place, or a bundle written by
-``ddp-autopsy collect`` (a directory or archive holding ``manifest.json``). Whatever cannot be read
-becomes an :class:`InputNote` and the rest is analyzed.
+archive (``.tar``, ``.tar.gz``, ``.tgz``, ``.tar.bz2``, ``.tar.xz``, ``.tar.zst``, ``.zip``) read in
+place, or a bundle written by ``ddp-autopsy collect`` (a directory or archive holding
+``manifest.json``). Whatever cannot be read becomes an :class:`InputNote` and the rest is analyzed.
+
+A compressed tarball is a stream: its members are read through :class:`ForwardReader`, which
+turns tarfile's seeks into forward reads, so the archive is decompressed twice (listing, then
+reading) rather than once per member.
 """
 
 from __future__ import annotations
 
 import bz2
+import contextlib
 import io
 import lzma
 import os
 import re
+import shutil
 import stat
+import subprocess
 import tarfile
+import threading
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Any
 
 MAX_FILES = 100_000
+#: What reading a damaged input may raise (encrypted or exotic zip members: RuntimeError,
+#: NotImplementedError); callers turn these into notes.
+READ_ERRORS: tuple[type[Exception], ...] = (
+    OSError, EOFError, ValueError, RuntimeError, NotImplementedError, tarfile.TarError,
+    zipfile.BadZipFile, zlib.error, lzma.LZMAError,
+)
 BUNDLE_SCHEMA_PREFIX = "ddp-autopsy/bundle/"
 SKIP_SUFFIXES = {".pyc", ".so", ".png", ".jpg", ".jpeg", ".gif", ".pt", ".pth", ".ckpt", ".bin",
                  ".safetensors", ".npy", ".npz", ".parquet", ".whl", ".pdf"}
@@ -121,7 +135,13 @@ def _dir_tree(root: Path, notes: list[InputNote]) -> Tree:
 
 def _tar_tree(path: Path, notes: list[InputNote]) -> Tree | None:
     try:
-        tf = tarfile.open(path, "r:*")
+        with open(path, "rb") as fh:
+            kind = compression_of(fh.read(8))
+        if kind is None:
+            tf = tarfile.open(path, "r:")
+        else:
+            stream = ForwardReader(lambda: open_compressed(open(path, "rb"), kind))
+            tf = tarfile.open(fileobj=stream, mode="r:")
     except (tarfile.TarError, OSError, EOFError) as err:
         notes.append(InputNote(str(path), f"unreadable archive: {err}"))
         return None
@@ -190,73 +210,276 @@ def is_archive(path: Path) -> bool:
         return False
 
 
-class TolerantGzip(io.RawIOBase):
-    """A gzip reader that hands out everything up to the point where a truncated or corrupt
-    stream stops, and only then raises (``gzip.GzipFile.read`` loses the partial block)."""
+class _Reader(io.RawIOBase):
+    """A read-only stream over ``raw``, implemented by ``read``; closing it closes ``raw``."""
 
     def __init__(self, raw: IO[bytes]) -> None:
         self._raw = raw
-        self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._buf = b""
-        self._eof = False
 
     def readable(self) -> bool:
         return True
 
-    def read(self, size: int = -1) -> bytes:
-        while not self._eof and (size < 0 or len(self._buf) < size):
-            piece = self._raw.read(1 << 20)
-            if not piece:
-                self._eof = True
-                if not self._d.eof and self._buf == b"":
-                    raise EOFError("compressed file ended before the end-of-stream marker")
-                if not self._d.eof:
-                    self._pending_error = True
-                break
-            try:
-                self._buf += self._d.decompress(piece)
-            except zlib.error as err:
-                self._eof = True
-                if not self._buf:
-                    raise OSError(f"corrupt gzip data: {err}") from err
-                self._pending_error = True
-                break
-            while self._d.eof and self._d.unused_data:  # concatenated gzip members
-                rest = self._d.unused_data
-                self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                self._buf += self._d.decompress(rest)
-        if size < 0:
-            out, self._buf = self._buf, b""
-        else:
-            out, self._buf = self._buf[:size], self._buf[size:]
-        if not out and getattr(self, "_pending_error", False):
-            self._pending_error = False
-            raise EOFError("compressed file ended before the end-of-stream marker")
-        return out
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
 
     def close(self) -> None:
-        self._raw.close()
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+class TolerantStream(_Reader):
+    """A gzip/bzip2/xz reader that hands out everything up to the point where a truncated or
+    corrupt stream stops, and only then raises (the standard readers lose the data of the read
+    that fails). Output is bounded per call: a 1000:1 log never sits in memory whole.
+    Concatenated streams (``cat a.gz b.gz``, pbzip2) are read through."""
+
+    def __init__(self, raw: IO[bytes], kind: str) -> None:
+        super().__init__(raw)
+        self._kind = kind
+        self._d = self._new()
+        self._in = b""  # zlib's input not yet consumed
+        self._done = False
+        self._error: Exception | None = None
+
+    def _new(self) -> Any:
+        if self._kind == "gz":
+            return zlib.decompressobj(16 + zlib.MAX_WBITS)
+        return bz2.BZ2Decompressor() if self._kind == "bz2" else lzma.LZMADecompressor()
+
+    def _next_input(self) -> bytes | None:
+        """Input for the next decompress call (b"" to drain held output), None at the end."""
+        if self._d.eof:  # one stream ended: another may follow
+            rest = self._d.unused_data or self._raw.read(1 << 16)
+            if not rest.strip(b"\x00"):  # the end, or zero padding
+                return None
+            self._d, self._in = self._new(), b""
+            return rest
+        if self._in:
+            return self._in
+        if not getattr(self._d, "needs_input", True):
+            return b""
+        data = self._raw.read(1 << 16)
+        if not data:
+            self._error = EOFError("compressed file ended before the end-of-stream marker")
+            return None
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        if size < 0:
+            return b"".join(iter(lambda: self.read(1 << 24), b""))
+        out = bytearray()
+        while len(out) < size and not self._done:
+            data = self._next_input()
+            if data is None:
+                self._done = True
+                break
+            try:
+                out += self._d.decompress(data, size - len(out))
+            except (zlib.error, OSError, lzma.LZMAError) as err:
+                self._done = True
+                self._error = OSError(f"corrupt {self._kind} data: {err}")
+                break
+            self._in = getattr(self._d, "unconsumed_tail", b"")
+        if not out and self._error is not None:
+            err, self._error = self._error, None
+            raise err
+        return bytes(out)
+
+
+class Salvaging(_Reader):
+    """Reads a stream that may fail midway (a zip member's CRC, a short tar member) in small
+    pieces, so that a failure costs at most one piece: the data before it comes out, and the
+    error (as an OSError) on the next read."""
+
+    PIECE = 1 << 13
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__(raw)
+        self._error: OSError | None = None
+
+    def read(self, size: int = -1) -> bytes:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+        out = bytearray()
+        while size < 0 or len(out) < size:
+            want = self.PIECE if size < 0 else min(self.PIECE, size - len(out))
+            try:
+                piece = self._raw.read(want)
+            except READ_ERRORS as err:
+                error = err if isinstance(err, OSError) else OSError(f"{err}")
+                if not out:
+                    raise error from err
+                self._error = error
+                break
+            if not piece:
+                break
+            out += piece
+        return bytes(out)
+
+
+MAGIC = {b"\x1f\x8b": "gz", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zst"}
+
+
+def compression_of(head: bytes) -> str | None:
+    """The compression of a stream from its first bytes (``gz``, ``bz2``, ``xz``, ``zst``)."""
+    for magic, kind in MAGIC.items():
+        if head.startswith(magic):
+            return kind
+    return None
+
+
+def open_compressed(raw: IO[bytes], kind: str | None) -> IO[bytes]:
+    """Decompress ``raw`` as a stream; ``kind`` None returns it as it is."""
+    if kind in ("gz", "bz2", "xz"):
+        return TolerantStream(raw, kind)  # type: ignore[return-value]
+    if kind == "zst":
+        return _zstd(raw)
+    return raw
+
+
+def _zstd(raw: IO[bytes]) -> IO[bytes]:
+    try:
+        import zstandard
+    except ImportError:
+        if shutil.which("zstd"):
+            return ZstdProcess(raw)  # type: ignore[return-value]
+        raw.close()
+        raise OSError("zstd-compressed: install the 'zstandard' package (or the zstd "
+                      "command) to read it") from None
+    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw))  # type: ignore[arg-type]
+
+
+class ZstdProcess(io.RawIOBase):
+    """zstd-compressed data through the ``zstd`` command, for machines without the module; a
+    stream that ends early raises EOFError after the data before it, like the other readers."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._proc = subprocess.Popen(["zstd", "-dcq"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self._feeder = threading.Thread(target=self._feed, daemon=True)
+        self._feeder.start()
+
+    def _feed(self) -> None:
+        stdin = self._proc.stdin
+        assert stdin is not None
+        try:
+            while chunk := self._raw.read(1 << 20):
+                stdin.write(chunk)
+        except (OSError, ValueError):
+            pass  # the reader went away (closed early): nothing left to feed
+        finally:
+            with contextlib.suppress(OSError):
+                stdin.close()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        assert self._proc.stdout is not None
+        n = self._proc.stdout.readinto(b)
+        if not n and self._proc.wait() != 0:
+            err = (self._proc.stderr.read() if self._proc.stderr else b"").decode(errors="replace")
+            raise EOFError(f"zstd: {err.strip() or 'corrupt or truncated data'}")
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self._proc.kill()
+            self._proc.wait()
+            for pipe in (self._proc.stdout, self._proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            self._feeder.join()
+            self._raw.close()
+        super().close()
+
+
+class ForwardReader(io.RawIOBase):
+    """A seekable view of a stream that only reads forwards (a decompressor), for tarfile:
+    seeking ahead reads and drops, seeking back within the last WINDOW bytes is served from
+    memory, and further back reopens the stream."""
+
+    WINDOW = 4 << 20
+
+    def __init__(self, reopen: Callable[[], IO[bytes]]) -> None:
+        self._reopen = reopen
+        self._fh = reopen()
+        self._pos = 0  # where the reader is
+        self._end = 0  # how far the stream was read
+        self._window = bytearray()  # the stream's bytes just before _end
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_CUR:
+            offset += self._pos
+        elif whence != io.SEEK_SET:
+            raise OSError("can only seek from the start of a compressed stream")
+        if offset < self._end - len(self._window):
+            self._fh.close()
+            self._fh, self._end = self._reopen(), 0
+            self._window.clear()
+        self._pos = offset
+        return offset
+
+    def _take(self, data: bytes) -> None:
+        self._end += len(data)
+        if len(data) >= self.WINDOW:
+            self._window = bytearray(data[-self.WINDOW :])
+            return
+        self._window += data
+        if len(self._window) > 2 * self.WINDOW:  # trimmed now and then: amortised O(1)
+            del self._window[: len(self._window) - self.WINDOW]
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(b).cast("B")
+        done = 0
+        while done < len(view):
+            want = len(view) - done
+            if self._pos < self._end:
+                start = self._pos - (self._end - len(self._window))
+                piece = bytes(self._window[start : start + want])
+            else:
+                while self._end < self._pos:
+                    skipped = self._fh.read(min(1 << 20, self._pos - self._end))
+                    if not skipped:
+                        return done
+                    self._take(skipped)
+                piece = self._fh.read(want)
+                if not piece:
+                    break
+                self._take(piece)
+            view[done : done + len(piece)] = piece
+            done += len(piece)
+            self._pos += len(piece)
+        return done
+
+    def close(self) -> None:
+        self._fh.close()
         super().close()
 
 
 def decompressed(member: Member) -> IO[bytes]:
-    """Open a member, decompressing by suffix (``.gz``, ``.bz2``, ``.xz``, ``.zst``)."""
-    raw = member.opener()
+    """Open a member, decompressing by suffix (``.gz``, ``.bz2``, ``.xz``, ``.zst``); archive
+    members are read in salvaging pieces."""
     name = member.relpath.lower()
-    if name.endswith(".gz"):
-        return TolerantGzip(raw)  # type: ignore[return-value]
-    if name.endswith(".bz2"):
-        return bz2.BZ2File(raw)  # type: ignore[return-value]
-    if name.endswith(".xz"):
-        return lzma.LZMAFile(raw)  # type: ignore[return-value]
-    if name.endswith(".zst"):
-        try:
-            import zstandard
-        except ImportError as err:
-            raw.close()
-            raise OSError("zstd-compressed: install the 'zstandard' package to read it") from err
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw))  # type: ignore[arg-type]
-    return raw
+    kind = next((k for k in ("gz", "bz2", "xz", "zst") if name.endswith(f".{k}")), None)
+    raw = member.opener()
+    if type(raw) is not io.BufferedReader:  # not a plain file: an archive member
+        raw = Salvaging(raw)  # type: ignore[assignment]
+    return open_compressed(raw, kind)
 
 
 def iter_inputs(paths: list[Path], notes: list[InputNote]) -> Iterator[tuple[Path, Tree]]:

@@ -1,0 +1,134 @@
+"""Who wrote each event: ranks filled in from what other lines of the same writer say.
+
+A line often names less than its neighbours: ``[default1]:NCCL WARN ...`` gives a local rank,
+``gpu3:811:902 [1] NCCL WARN ...`` a host and pid, ``  3: RuntimeError`` an srun task. Other lines
+of the same writer may name the global rank (``[rank5]:``, ``[PG 0 Rank 5]``, NCCL's
+communicator init, torchelastic's failure summary). :func:`resolve` fills a missing rank only
+from such a mapping, and only when it is unambiguous; the ``cue`` column says which mapping:
+
+1. per file, srun ``--label`` task ids and custom launcher numbers (``[N]:``) are ranks when the
+   lines that name their rank directly agree with them on at least two writers (or the only
+   one), disagree nowhere, and no torchrun runs inside the tasks (no ``[default0]:`` prefixes);
+2. NCCL communicator init (``comm 0x.. rank R nranks N ... Init COMPLETE``) gives the world rank
+   R of that process when N is the largest communicator of the job;
+3. within a file, a writer (its prefixes, and its pid when known) maps to the one rank its
+   ranked lines name; across files, (host, pid) does (NCCL ``host:pid:tid`` prefixes,
+   NCCL_DEBUG_FILE names, torchelastic failure summaries, collect bundles).
+
+Unknown stays unknown: a writer whose lines name two ranks is left alone.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+#: Cues under which a row's rank is its writer's own (not about another process).
+WRITER_CUES = (
+    "torch [rankN]: prefix", "launcher prefix rank", "mpirun [job,rank] prefix",
+    "message [Rank N]", "Lightning [rank: N] prefix", "Lightning GLOBAL_RANK line",
+    "file name", "bundle manifest",
+)
+TASK_CUE = "srun --label task id (confirmed by ranked lines)"
+SLOT_CUE = "launcher prefix [N]: (confirmed by ranked lines)"
+NCCL_CUE = "NCCL comm init (world communicator)"
+STREAM_CUE = "launcher prefix mapped via [rankN] lines"
+PID_CUE = "same process (pid) as ranked lines"
+#: Rows whose host, pid and rank describe one process, though another one wrote the line.
+PROCESS_CUES = (*WRITER_CUES, "torchelastic failure summary", TASK_CUE, SLOT_CUE, NCCL_CUE)
+
+_TMP = ("_task", "_slot", "_host", "_launcher")
+
+
+def resolve(events: pl.DataFrame, processes: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Fill ``rank`` (and ``cue``) of events from the writer mappings above.
+
+    ``processes`` (collect bundles: host, pid, rank) adds (host, pid) → rank pairs.
+    """
+    if events.height == 0:
+        return events
+    df = events.with_columns(
+        pl.col("stream").str.extract(r"(?:^|\|)t=(\d+)").cast(pl.Int64).alias("_task"),
+        pl.col("stream").str.extract(r"(?:^|\|)s=(\d+)").cast(pl.Int64).alias("_slot"),
+        pl.col("stream").str.contains(r"(?:^|\|)l=\d").fill_null(False).alias("_launcher"),
+        pl.col("host").str.extract(r"^([^.]+)").alias("_host"),
+    )
+    df = _confirmed(df, "_task", TASK_CUE, inside_launcher_ok=False)
+    df = _confirmed(df, "_slot", SLOT_CUE, inside_launcher_ok=True)
+    df = _nccl_world(df)
+    writer = pl.col("cue").is_in(
+        [*WRITER_CUES, TASK_CUE, SLOT_CUE, NCCL_CUE, STREAM_CUE, PID_CUE])
+    df = _fill(df, ["source", "stream", "pid"], writer, STREAM_CUE)
+    df = _fill(df, ["source", "stream"], writer, STREAM_CUE)
+    df = _fill(df, ["source", "pid"], writer, PID_CUE)
+    extra = None
+    if processes is not None and processes.height:
+        extra = processes.select(
+            pl.col("host").str.extract(r"^([^.]+)").alias("_host"), "pid", "rank"
+        ).filter(pl.col("rank").is_not_null())
+    df = _fill(df, ["_host", "pid"], pl.col("cue").is_in([*PROCESS_CUES, PID_CUE]), PID_CUE,
+               extra)
+    return df.drop(_TMP)
+
+
+def _fill(df: pl.DataFrame, keys: list[str], known: pl.Expr, cue: str,
+          extra: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Rows with no rank take the one rank that the ``known`` rows sharing ``keys`` agree on."""
+    have = pl.all_horizontal(pl.col(k).is_not_null() for k in keys)
+    pairs = df.filter(known & have & pl.col("rank").is_not_null()).select(*keys, "rank")
+    if extra is not None:
+        pairs = pl.concat([pairs, extra.select(*keys, "rank")], how="vertical_relaxed")
+    mapping = (
+        pairs.group_by(keys).agg(pl.col("rank").unique().alias("_ranks"))
+        .filter(pl.col("_ranks").list.len() == 1)
+        .select(*keys, pl.col("_ranks").list.first().alias("_mapped"))
+    )
+    if mapping.height == 0:
+        return df
+    df = df.join(mapping, on=keys, how="left", maintain_order="left")
+    fill = pl.col("rank").is_null() & pl.col("_mapped").is_not_null()
+    return df.with_columns(
+        pl.when(fill).then(pl.lit(cue)).otherwise(pl.col("cue")).alias("cue"),
+        pl.coalesce("rank", "_mapped").alias("rank"),
+    ).drop("_mapped")
+
+
+def _confirmed(df: pl.DataFrame, col: str, cue: str, *, inside_launcher_ok: bool) -> pl.DataFrame:
+    """Per file: ``col`` (a task or launcher number) is the rank if ranked lines confirm it."""
+    direct = pl.col("cue").is_in(WRITER_CUES) & pl.col(col).is_not_null()
+    per_file = (
+        df.group_by("source").agg(
+            pl.col(col).drop_nulls().n_unique().alias("_n"),
+            pl.col(col).filter(direct).drop_nulls().n_unique().alias("_ok"),
+            (pl.col(col) != pl.col("rank")).filter(direct).any().alias("_bad"),
+            pl.col("_launcher").any().alias("_inner"),
+        )
+        .filter(
+            (pl.col("_ok") >= pl.min_horizontal(pl.col("_n"), pl.lit(2)))
+            & (pl.col("_ok") > 0) & ~pl.col("_bad").fill_null(False)
+            & (pl.lit(inside_launcher_ok) | ~pl.col("_inner"))
+        )
+        .select("source")
+    )
+    if per_file.height == 0:
+        return df
+    fill = (pl.col("source").is_in(per_file["source"].implode()) & pl.col("rank").is_null()
+            & pl.col(col).is_not_null())
+    return df.with_columns(
+        pl.when(fill).then(pl.lit(cue)).otherwise(pl.col("cue")).alias("cue"),
+        pl.when(fill).then(pl.col(col)).otherwise(pl.col("rank")).alias("rank"),
+    )
+
+
+def _nccl_world(df: pl.DataFrame) -> pl.DataFrame:
+    """NCCL init lines of the largest communicator name their process's world rank."""
+    init = pl.col("kind") == "nccl_comm_init"
+    nranks = pl.col("data").str.json_path_match("$.nranks").cast(pl.Int64, strict=False)
+    comm_rank = pl.col("data").str.json_path_match("$.comm_rank").cast(pl.Int64, strict=False)
+    world = df.filter(init).select(nranks.max()).item()
+    if world is None:
+        return df
+    fill = init & pl.col("rank").is_null() & (nranks == world) & comm_rank.is_not_null()
+    return df.with_columns(
+        pl.when(fill).then(pl.lit(NCCL_CUE)).otherwise(pl.col("cue")).alias("cue"),
+        pl.when(fill).then(comm_rank).otherwise(pl.col("rank")).alias("rank"),
+    )

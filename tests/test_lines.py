@@ -1,0 +1,120 @@
+"""Line prefixes: per line (launchers, torch, loggers, NCCL) and per file (pdsh, srun, [N]:)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ddp_autopsy.analyzer.lines import NO_PREFIX, FilePrefix, detect_prefixes, parse_line
+
+ALL = FilePrefix(pdsh=True, srun=True, bracket=True)
+
+
+def test_stacked_launcher_torch_and_c10_prefixes() -> None:
+    info = parse_line("[default1]:[rank3]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] "
+                      "[PG ID 0 PG GUID 0(default_pg) Rank 3] boom", 2024)
+    assert (info.rank, info.local_rank, info.level, info.cue) == (3, 1, "E",
+                                                                  "torch [rankN]: prefix")
+    assert info.body.endswith("boom") and info.stream == "l=1"
+
+
+def test_custom_launcher_template_with_global_rank() -> None:
+    info = parse_line("[trainer0|5]:RuntimeError: x", 2024)
+    assert (info.rank, info.local_rank, info.cue) == (5, 0, "launcher prefix rank")
+
+
+def test_mpirun_lightning_and_glog_prefixes() -> None:
+    assert parse_line("[1,3]<stderr>:boom", 2024).rank == 3
+    light = parse_line("[rank: 2] Epoch 3 done", 2024)
+    assert (light.rank, light.cue, light.body) == (2, "Lightning [rank: N] prefix", "Epoch 3 done")
+    glog = parse_line("W1026 03:51:31.222000 2521679 torch/distributed/elastic/multiprocessing/"
+                      "api.py:908] Sending process 2521733 closing signal SIGTERM", 2025)
+    assert (glog.pid, glog.level, glog.body) == (2521679, "W",
+                                                 "Sending process 2521733 closing signal SIGTERM")
+
+
+def test_deepspeed_logger() -> None:
+    info = parse_line("[2024-01-10 10:00:00,123] [INFO] [engine.py:1234:__init__] [Rank 3] "
+                      "DeepSpeed info: version=0.14.0", 2024)
+    assert (info.rank, info.cue) == (3, "message [Rank N]")
+    assert info.body == "[Rank 3] DeepSpeed info: version=0.14.0"
+
+
+def test_process_group_rank_is_global_only_for_the_default_group() -> None:
+    assert parse_line("[PG 0 Rank 4] Watchdog ...", 2024).rank == 4
+    sub = parse_line("[PG 3 Rank 1] Watchdog ...", 2024)
+    assert (sub.rank, sub.pg, sub.pg_rank) == (None, 3, 1)
+
+
+def test_nccl_prefix() -> None:
+    info = parse_line("[default2]:gpu-a100-7:4242:4300 [2] NCCL INFO Init COMPLETE", 2024)
+    assert (info.host, info.pid, info.local_rank) == ("gpu-a100-7", 4242, 2)
+
+
+def test_srun_label_decided_per_file() -> None:
+    lines = [f"{r:>2}: step {i} loss 0.1" for i in range(10) for r in range(12)]
+    prefix = detect_prefixes(lines)
+    assert prefix == FilePrefix(srun=True)
+    info = parse_line(" 7: RuntimeError: CUDA error", 2024, prefix)
+    assert (info.task, info.body, info.stream) == (7, "RuntimeError: CUDA error", "t=7")
+
+
+def test_pdsh_hosts_decided_per_file() -> None:
+    lines = [f"node{n}: [default{n}]:hello" for n in range(4)] * 5
+    prefix = detect_prefixes(lines)
+    assert prefix == FilePrefix(pdsh=True)
+    info = parse_line("node2: [default1]:RuntimeError: x", 2024, prefix)
+    assert (info.host, info.local_rank, info.stream) == ("node2", 1, "h=node2|l=1")
+
+
+def test_error_lines_are_not_pdsh_hosts() -> None:
+    lines = ["RuntimeError: one", "ValueError: two", "torch.OutOfMemoryError: three",
+             "WARNING: four", "Traceback (most recent call last):", "  File \"x\", line 1"] * 5
+    assert detect_prefixes(lines) == NO_PREFIX
+    # Without the file's word, a line alone is never read as a prefix.
+    assert parse_line("node1: RuntimeError: x", 2024).host is None
+
+
+def test_a_minority_of_prefixed_lines_decides_nothing() -> None:
+    lines = ["plain text line"] * 10 + [" 3: labelled"] * 4
+    assert detect_prefixes(lines) == NO_PREFIX
+
+
+def test_custom_bracket_prefix_spares_failure_summary_entries() -> None:
+    lines = [f"[{r}]: step {i}" for i in range(5) for r in range(4)] + ["[0]:", "  rank : 0"]
+    prefix = detect_prefixes(lines)
+    assert prefix == FilePrefix(bracket=True)
+    assert parse_line("[3]: RuntimeError: x", 2024, prefix).slot == 3
+    entry = parse_line("[0]:", 2024, prefix)
+    assert (entry.slot, entry.body) == (None, "[0]:")
+
+
+def test_stacked_file_prefixes() -> None:
+    lines = [f"node{h}: {t:>2}: hello" for h in range(2) for t in range(8)] * 3
+    assert detect_prefixes(lines) == FilePrefix(pdsh=True, srun=True)
+
+
+def test_empty_sample() -> None:
+    assert detect_prefixes([]) == NO_PREFIX
+    assert detect_prefixes(["", None, ""]) == NO_PREFIX
+
+
+PIECES = st.sampled_from([
+    "node1: ", " 3: ", "[3]: ", "[default0]:", "[rank1]:", "[rank: 1] ", "[1,2]<stdout>:",
+    "[E1218 20:27:21.426415540 a.cpp:1] ", "W1026 03:51:31.222000 1 a.py:9] ",
+    "[2024-04-10 16:02:56,193] x: [INFO] ", "2024-05-01T10:11:12Z ", "[a.py:1:f] ",
+    "h:1:2 [0] NCCL INFO ", "[PG 0 Rank 1] ", "[", "]", ":", " ", "\x00", "é", "",
+])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(PIECES, max_size=8), st.text(max_size=40))
+def test_parse_line_never_raises_on_stacked_prefixes(pieces: list[str], rest: str) -> None:
+    info = parse_line("".join(pieces) + rest, 2026, ALL)
+    assert isinstance(info.body, str)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(PIECES, max_size=3).map("".join), max_size=30))
+def test_detect_prefixes_never_raises(lines: list[str]) -> None:
+    assert isinstance(detect_prefixes(lines), FilePrefix)
