@@ -631,7 +631,9 @@ def test_pyspy_timeout_is_recorded(hung: SimpleNamespace, tmp_path: Path) -> Non
     result = collect_job(job, CollectOptions(out=tmp_path / "b", step_timeout_s=0.002))
     assert time.monotonic() - start < 20
     spy = [a for a in result.manifest["actions"] if a["name"] == "py-spy dump --json"]
-    assert spy and all(a["timeout_hit"] and a["status"] == "timeout" for a in spy), spy
+    assert spy and all(a["timeout_hit"] and a["status"] == "timeout" for a in spy), [
+        (a["target"], a["status"], a["timeout_hit"], a.get("error"), a.get("duration_s"))
+        for a in spy]
     assert all(p["stack_status"] == "timeout" for p in result.manifest["processes"])
     assert any("stack dump timed out" in w for w in result.warnings)
     assert result.manifest["complete"] is True
