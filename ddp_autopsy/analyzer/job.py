@@ -24,6 +24,13 @@ import polars as pl
 
 from ddp_autopsy.analyzer import attribution
 from ddp_autopsy.analyzer.events import EVENT_SCHEMA, FileContext, ScanStats, scan_text
+from ddp_autopsy.analyzer.flight_recorder import (
+    FRDump,
+    FRFrames,
+    build_frames,
+    looks_like_dump,
+    read_dump,
+)
 from ddp_autopsy.analyzer.layout import attribution_from_path
 from ddp_autopsy.analyzer.sources import (
     BUNDLE_SCHEMA_PREFIX,
@@ -46,6 +53,8 @@ from ddp_autopsy.analyzer.stacks import (
 )
 
 #: Event kinds that mean something failed (used to tell a recovered run from a failed one).
+MAX_DUMP_BYTES = 512 << 20
+
 FAILURE_KINDS = frozenset({
     "exception", "elastic_failure", "worker_failed", "spawn_failed", "port_in_use",
     "connect_timeout", "connect_failed", "store_clients_timeout", "store_wait_timeout",
@@ -99,6 +108,10 @@ class Job:
     notes: list[InputNote] = field(default_factory=list)
     bundles: list[Bundle] = field(default_factory=list)
     elapsed_s: float = 0.0
+    #: Flight Recorder frames (docs/frames.md): entries, dump files, per-group counters.
+    collectives: pl.DataFrame = field(default_factory=lambda: FRFrames.empty().collectives)
+    fr_dumps: pl.DataFrame = field(default_factory=lambda: FRFrames.empty().dumps)
+    fr_groups: pl.DataFrame = field(default_factory=lambda: FRFrames.empty().groups)
 
     def frame(self, name: str) -> pl.DataFrame:
         return getattr(self, name)
@@ -108,6 +121,8 @@ class Job:
         rules over ``events`` then rule out rather than go unevaluated)."""
         if name == "events":
             return any(rec.kind == "log" for rec in self.inputs)
+        if name == "collectives":
+            return self.fr_dumps.height > 0
         df = getattr(self, name, None)
         return isinstance(df, pl.DataFrame) and df.height > 0
 
@@ -193,6 +208,7 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
     proc_rows: list[dict[str, Any]] = []
     bundles: list[Bundle] = []
     summary_frames: list[pl.DataFrame] = []
+    dumps: list[FRDump] = []
 
     for _path, tree in iter_inputs([Path(p) for p in paths], notes):
         bundle = _read_bundle(tree, notes)
@@ -200,11 +216,12 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
             bundles.append(bundle)
             if use_summaries and _load_summaries(tree, bundle, notes, inputs, summary_frames):
                 bundle.manifest = {**bundle.manifest, "logs": []}
-            _load_bundle(tree, bundle, notes, inputs, event_rows, stack_rows, env_rows, proc_rows)
+            _load_bundle(tree, bundle, notes, inputs, event_rows, stack_rows, env_rows, proc_rows,
+                         dumps)
             continue
         for member in tree.members:
             _load_member(member, _context(member),
-                         notes, inputs, event_rows, stack_rows)
+                         notes, inputs, event_rows, stack_rows, dumps=dumps)
 
     events = pl.DataFrame(event_rows, schema=EVENT_SCHEMA, orient="row") if event_rows \
         else pl.DataFrame(schema=EVENT_SCHEMA)
@@ -217,6 +234,11 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
     processes = processes_frame(proc_rows)
     job = Job(events=events, stacks=stacks, ranks=pl.DataFrame(), env=env, processes=processes,
               inputs=inputs, notes=notes, bundles=bundles)
+    if dumps:
+        fr = build_frames(dumps)
+        job.collectives, job.fr_dumps, job.fr_groups = fr.collectives, fr.dumps, fr.groups
+        notes += [InputNote(d.source, d.note() or "", "warning") for d in dumps
+                  if not d.ok and d.note()]
     job.ranks = _ranks_frame(job)
     job.elapsed_s = time.perf_counter() - t0
     return job
@@ -224,7 +246,8 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
 
 def _load_member(member: Member, ctx: FileContext, notes: list[InputNote],
                  inputs: list[InputRecord], event_rows: list[dict[str, Any]],
-                 stack_rows: list[dict[str, Any]], owner: StackOwner | None = None) -> None:
+                 stack_rows: list[dict[str, Any]], owner: StackOwner | None = None,
+                 dumps: list[FRDump] | None = None) -> None:
     lower = member.relpath.lower()
     if any(lower.endswith(s) for s in SKIP_SUFFIXES):
         inputs.append(InputRecord(member.display, "skipped"))
@@ -238,6 +261,11 @@ def _load_member(member: Member, ctx: FileContext, notes: list[InputNote],
     try:
         with decompressed(member) as fh:
             head = fh.read(65536)
+            if dumps is not None and looks_like_dump(head, member.relpath):
+                data = head + fh.read(MAX_DUMP_BYTES)
+                dumps.append(read_dump(data, member.display, host=ctx.host, mtime=member.mtime))
+                inputs.append(InputRecord(member.display, "flight-recorder", bytes=len(data)))
+                return
             if looks_like_pyspy_json(head) or looks_like_pyspy_text(head):
                 data = head + fh.read()
                 own = owner or StackOwner(member.display, ctx.host, ctx.pid, ctx.rank,
@@ -337,7 +365,8 @@ def _json_member(tree: Tree, relpath: str, notes: list[InputNote]) -> Any:
 
 def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: list[InputRecord],
                  event_rows: list[dict[str, Any]], stack_rows: list[dict[str, Any]],
-                 env_rows: list[dict[str, Any]], proc_rows: list[dict[str, Any]]) -> None:
+                 env_rows: list[dict[str, Any]], proc_rows: list[dict[str, Any]],
+                 dumps: list[FRDump]) -> None:
     man = bundle.manifest
     host = man.get("host")
     collected = _when(man.get("created"))
@@ -383,6 +412,14 @@ def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: lis
                 if value is not None:
                     env_rows.append({"host": host, "pid": proc["pid"], "rank": proc.get("rank"),
                                      "key": f"version.{key}", "value": str(value)})
+    for rel in man.get("fr_dumps") or []:
+        member = tree.get(rel) if isinstance(rel, str) else None
+        if member is None:
+            notes.append(InputNote(f"{tree.display}/{rel}", "Flight Recorder dump listed in the "
+                                   "manifest is missing from the bundle"))
+            continue
+        _load_member(member, _context(member, host=host, ref=collected), notes, inputs,
+                     event_rows, stack_rows, dumps=dumps)
     stack_paths = {p.get("stack") for p in by_pid.values()}
     for entry in man.get("logs") or []:
         if not isinstance(entry, dict) or not entry.get("path"):

@@ -1,0 +1,802 @@
+"""Flight Recorder dumps: recognise them, read them without trusting them, tabulate them.
+
+PyTorch's Flight Recorder (``TORCH_FR_BUFFER_SIZE`` / ``TORCH_NCCL_TRACE_BUFFER_SIZE``) keeps a
+ring of the last collectives each rank issued. A dump is one file per rank, a pickle written by
+``torch::jit::Pickler`` (``_dump_fr_trace`` / ``_dump_nccl_trace``, dump-on-timeout) or JSON
+(``_dump_fr_trace_json``, the debug HTTP handlers). Either holds one dict::
+
+    {"version": "2.10",                       # "2.2" ... "2.10"; absent before 2024 (a bare list)
+     "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}},
+     "pg_status": {"0": {"last_enqueued_collective": 9, "last_started_collective": -1,
+                         "last_completed_collective": 8}},        # keyed by pg_id; JSON: strings
+     "nccl_version": "2.21.5",                # 2.6-2.9; "comm_lib_version" from 2.10
+     "entries": [                             # oldest first; JSON leaves it out when empty
+        {"record_id": 8, "pg_id": 0, "process_group": ("0", "default_pg"),
+         "collective_seq_id": 9, "p2p_seq_id": 0, "op_id": 9, "is_p2p": False,
+         "profiling_name": "nccl:all_reduce", "input_sizes": [[1]], "input_dtypes": ["Float"],
+         "output_sizes": [[1]], "output_dtypes": ["Float"], "state": "scheduled",
+         "time_created_ns": 1795325382619885052, "time_discovered_started_ns": None,
+         "time_discovered_completed_ns": None,                    # JSON: 0 for "not yet"
+         "retired": False, "timeout_ms": 600000, "duration_ms": 1.5,  # timing builds only
+         "thread_id": "140354913500032", "thread_name": "python",    # 2.9+
+         "frames": [{"name": "all_reduce", "filename": ".../distributed_c10d.py", "line": 3245},
+                    {"name": "train_step", "filename": "train.py", "line": 85}]}]}  # pickle only
+
+Versions differ by the keys they carry: the earliest dumps may lack ``pg_status`` and
+``is_p2p`` (2.3 has both), ``nccl_version`` appears with 2.6 (``comm_lib_version`` replaces
+it in 2.10), ``thread_id`` and ``thread_name`` with 2.9; JSON dumps (2.4+) carry no
+``frames``, write ``pg_status`` values as strings and "not yet" times as 0. Every field is
+read as optional and checked for its type.
+
+What the backends put there differs too. NCCL tracks each entry's ``state`` from CUDA events
+(``retired`` but not ``completed`` means the watchdog timed it out). Gloo (as torch 2.13
+records it) leaves every ``state`` at ``scheduled``, marks an entry ``retired`` when its work
+finished (successfully or not), keeps ``pg_status`` current, records no p2p entries, and writes
+``pg_config`` under an empty name, so Gloo membership comes from the dumps themselves.
+
+**Safety.** Dumps come from other machines: a pickle is read by an unpickler whose
+``find_class`` refuses every class and function (a dump is only dicts, lists, tuples, strings,
+numbers, booleans and None), so a hostile file can fail to load but never runs code.
+
+**Naming.** torch writes ``<prefix><global rank>`` (``nccl_trace_rank_3``,
+``comm_lib_trace_rank_3``); people and tools also use ``<host>_rank3``, ``trace-node7-3.json``,
+``rank3.pkl``. :func:`dump_identity` takes the rank from the trailing number and a host from
+what is left, when it looks like one. Empty, truncated and corrupt dumps are read as dumps with
+a ``status`` that says so: they are evidence (a rank that died or hung while dumping).
+
+Three frames come out (documented in ``docs/frames.md``): ``collectives`` (one row per entry),
+``fr_dumps`` (one row per dump file) and ``fr_groups`` (one row per rank and process group).
+
+>>> blob = pickle.dumps({"version": "2.10", "pg_config": {}, "pg_status": {}, "entries": []})
+>>> looks_like_dump(blob[:4096], "fr/nccl_trace_rank_3")
+True
+>>> d = read_dump(blob, "fr/nccl_trace_rank_3")
+>>> (d.status, d.rank, d.format, d.version)
+('ok', 3, 'pickle', '2.10')
+>>> read_dump(pickle.dumps(print), "evil_rank1").status
+'unsafe'
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import pickle
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from itertools import repeat
+from operator import itemgetter
+from pathlib import PurePosixPath
+from typing import Any
+
+import polars as pl
+
+from ddp_autopsy.analyzer.stackview import LIBRARY_FILE
+
+#: Format versions whose layout is documented above (older and newer ones are read the same way).
+KNOWN_VERSIONS: tuple[str, ...] = ("2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10")
+#: torch's own dump file names: ``<prefix><rank>`` with the default prefixes.
+TORCH_DUMP_NAME = re.compile(r"(?:^|/)(?:nccl|comm_lib)_trace_rank_\d+(?:\.(?:pkl|pickle|json))?$")
+DUMP_SUFFIXES = re.compile(r"\.(?:pkl|pickle|json|fr|trace|dump)$", re.I)
+#: Keys that only a Flight Recorder dump has (looked for in the first bytes of a file).
+PICKLE_MARKERS = (b"pg_config", b"pg_status", b"collective_seq_id", b"profiling_name")
+JSON_MARKERS = (b'"pg_config"', b'"pg_status"', b'"collective_seq_id"', b'"profiling_name"')
+MAX_DUMP_BYTES = 1 << 30
+
+COLLECTIVES_SCHEMA: dict[str, Any] = {
+    "source": pl.String, "rank": pl.Int64, "host": pl.String, "record_id": pl.Int64,
+    "pg_id": pl.Int64, "pg_name": pl.String, "pg_desc": pl.String,
+    "collective_seq_id": pl.Int64, "p2p_seq_id": pl.Int64, "op_id": pl.Int64,
+    "is_p2p": pl.Boolean, "backend": pl.String, "op": pl.String, "peer": pl.Int64,
+    "profiling_name": pl.String, "input_sizes": pl.String, "input_dtypes": pl.String,
+    "output_sizes": pl.String, "output_dtypes": pl.String, "state": pl.String,
+    "retired": pl.Boolean, "time_created": pl.Datetime("ns", "UTC"),
+    "time_started": pl.Datetime("ns", "UTC"), "time_completed": pl.Datetime("ns", "UTC"),
+    "duration_ms": pl.Float64, "timeout_ms": pl.Int64, "thread_name": pl.String,
+    "api": pl.String, "site_func": pl.String, "site_file": pl.String, "site_line": pl.Int64,
+}
+DUMPS_SCHEMA: dict[str, Any] = {
+    "source": pl.String, "rank": pl.Int64, "host": pl.String, "format": pl.String,
+    "version": pl.String, "comm_lib_version": pl.String, "status": pl.String,
+    "error": pl.String, "entries": pl.Int64, "skipped_entries": pl.Int64, "bytes": pl.Int64,
+    "dumped_at": pl.Datetime("us", "UTC"),
+}
+GROUPS_SCHEMA: dict[str, Any] = {
+    "source": pl.String, "rank": pl.Int64, "pg_id": pl.Int64, "pg_name": pl.String,
+    "pg_desc": pl.String, "members": pl.List(pl.Int64), "last_enqueued": pl.Int64,
+    "last_started": pl.Int64, "last_completed": pl.Int64,
+}
+_NS_COLUMNS = ("time_created", "time_started", "time_completed")
+
+
+class FRDumpError(ValueError):
+    """A file that is (or claims to be) a Flight Recorder dump but cannot be read as one."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Loads only plain data: any class, function or persistent id is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise FRDumpError("unsafe", f"refused to load {module}.{name}: a Flight Recorder dump "
+                                    "holds only plain data, so this file is not one (or was "
+                                    "tampered with)")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise FRDumpError("unsafe", "refused a persistent id: not a Flight Recorder dump")
+
+
+def unpickle_plain(data: bytes) -> Any:
+    """Unpickle ``data`` allowing only plain data (never imports, never calls anything)."""
+    # A BufferedReader with the whole buffer keeps the C unpickler on its fast path.
+    stream = io.BufferedReader(io.BytesIO(data), buffer_size=max(len(data), 1) + 1)  # type: ignore[arg-type]
+    return _PlainDataUnpickler(stream).load()
+
+
+# --------------------------------------------------------------------------- recognising
+
+
+def looks_like_dump(head: bytes, name: str) -> bool:
+    """Whether a file is a Flight Recorder dump, from its first bytes (64 KiB is plenty) and name.
+
+    Claimed: pickles and JSON objects carrying Flight Recorder keys, and — so that an empty or
+    truncated dump becomes a finding instead of vanishing — any empty or binary file named like
+    torch's own dumps (``nccl_trace_rank_<N>``, ``comm_lib_trace_rank_<N>``).
+    """
+    if _is_pickle(head):
+        return any(m in head for m in PICKLE_MARKERS) or _torch_name(name)
+    stripped = head.lstrip()
+    if stripped[:1] == b"{":
+        return sum(m in head for m in JSON_MARKERS) >= 1 and (
+            b'"entries"' in head or b'"pg_config"' in head or b'"pg_status"' in head)
+    if _torch_name(name):
+        return not head or b"\0" in head[:4096] or not stripped
+    return False
+
+
+def _is_pickle(head: bytes) -> bool:
+    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+def _torch_name(name: str) -> bool:
+    return bool(TORCH_DUMP_NAME.search(name.replace("\\", "/").split("!")[-1]))
+
+
+_TRAILING_RANK = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)$")
+_GENERIC_WORDS = re.compile(
+    r"(?:nccl|comm_lib|comm|lib|flight|recorder|fr|trace|traces|dump|dumps|debug|info|rank|"
+    r"global|torch|gloo|xccl|pickle|json|file)", re.I)
+
+
+def dump_identity(path: str) -> tuple[int | None, str | None]:
+    """``(rank, host)`` from a dump's file name (``None`` where the name does not say).
+
+    >>> dump_identity("fr/nccl_trace_rank_12")
+    (12, None)
+    >>> dump_identity("/shared/fr/node-a_rank3.json")
+    (3, 'node-a')
+    >>> dump_identity("trace_gpu7.cluster.local_15.pkl")
+    (15, 'gpu7.cluster.local')
+    >>> dump_identity("dump.pkl")
+    (None, None)
+    """
+    name = PurePosixPath(path.replace("\\", "/").split("!")[-1]).name
+    stem = DUMP_SUFFIXES.sub("", name)
+    m = _TRAILING_RANK.match(stem)
+    if not m:
+        return None, None
+    rank = int(m.group("rank"))
+    words = [w for w in re.split(r"[_\-]+", m.group("prefix")) if w]
+    host_words = [w for w in words if not _GENERIC_WORDS.fullmatch(w)]
+    host = "-".join(host_words) if host_words else None
+    if host is not None and not re.fullmatch(r"[A-Za-z][\w.-]*", host):
+        host = None
+    return rank, host
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass
+class FRDump:
+    """One dump file, read (or not) with what it says."""
+
+    source: str
+    rank: int | None
+    host: str | None
+    format: str  # pickle | json | unknown
+    status: str  # ok | empty | corrupt | unsafe | not_a_dump | duplicate
+    error: str | None = None
+    version: str | None = None
+    comm_lib_version: str | None = None
+    bytes: int = 0
+    dumped_at: datetime | None = None
+    skipped_entries: int = 0
+    entries: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=COLLECTIVES_SCHEMA))
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    #: (pg_id, pg_name, pg_desc) triples seen in the entries.
+    _pg_names: set[tuple[int, Any, Any]] = field(default_factory=set, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def note(self) -> str | None:
+        """A sentence for the input notes when the dump could not be used (None when it could)."""
+        who = f"rank {self.rank}" if self.rank is not None else "an unknown rank"
+        if self.status == "ok":
+            if self.rank is None:
+                return ("Flight Recorder dump with no rank in its file name: read, but not "
+                        "compared across ranks")
+            return None
+        if self.status == "empty":
+            return (f"Flight Recorder dump of {who} is empty: the rank died, hung or timed out "
+                    "while dumping")
+        if self.status == "duplicate":
+            return f"another Flight Recorder dump of {who} was used instead of this one"
+        return f"Flight Recorder dump of {who} is unusable ({self.status}): {self.error}"
+
+    def row(self) -> dict[str, Any]:
+        return {"source": self.source, "rank": self.rank, "host": self.host,
+                "format": self.format, "version": self.version,
+                "comm_lib_version": self.comm_lib_version, "status": self.status,
+                "error": self.error, "entries": self.entries.height,
+                "skipped_entries": self.skipped_entries, "bytes": self.bytes,
+                "dumped_at": self.dumped_at}
+
+
+def read_dump(data: bytes, source: str, *, rank: int | None = None, host: str | None = None,
+              mtime: float | None = None) -> FRDump:
+    """Read one dump. Never raises for bad input: problems end up in ``status`` / ``error``.
+
+    ``rank`` / ``host`` override what the file name says (e.g. from a bundle manifest);
+    ``mtime`` is the file's modification time, taken as the time of the dump.
+    """
+    name_rank, name_host = dump_identity(source)
+    dump = FRDump(source=source, rank=rank if rank is not None else name_rank,
+                  host=host or name_host, format="unknown", status="ok", bytes=len(data),
+                  dumped_at=datetime.fromtimestamp(mtime, timezone.utc) if mtime else None)
+    gc_was_on = gc.isenabled()
+    gc.disable()  # unpickling builds many containers and no cycles: skip the collector's passes
+    try:
+        obj = _decode(data, dump)
+        _fill(dump, obj)
+    except FRDumpError as err:
+        dump.status, dump.error = err.status, str(err)
+    except RecursionError:
+        dump.status, dump.error = "corrupt", "nested too deeply to be a Flight Recorder dump"
+    finally:
+        if gc_was_on:
+            gc.enable()
+    return dump
+
+
+def _decode(data: bytes, dump: FRDump) -> Any:
+    if not data.strip():
+        raise FRDumpError("empty", "0 bytes" if not data else "only whitespace")
+    if len(data) > MAX_DUMP_BYTES:
+        raise FRDumpError("corrupt", f"{len(data)} bytes: larger than any Flight Recorder dump")
+    if _is_pickle(data):
+        dump.format = "pickle"
+        try:
+            return unpickle_plain(data)
+        except FRDumpError:
+            raise
+        except MemoryError as err:
+            raise FRDumpError("corrupt", "pickle too large to load") from err
+        except Exception as err:  # truncated or garbled: any unpickling error
+            raise FRDumpError("corrupt", f"unreadable pickle ({type(err).__name__}: {err}); "
+                                         "the dump was probably cut short") from err
+    if data.lstrip()[:1] in (b"{", b"["):
+        dump.format = "json"
+        try:
+            return json.loads(data)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise FRDumpError("corrupt", f"unreadable JSON ({err}); the dump was probably cut "
+                                         "short") from err
+    raise FRDumpError("not_a_dump", "neither a pickle nor a JSON object")
+
+
+def _fill(dump: FRDump, obj: Any) -> None:
+    if isinstance(obj, list):  # before the format was versioned: a bare list of entries
+        if not any(isinstance(e, dict) and ("collective_seq_id" in e or "profiling_name" in e)
+                   for e in obj[:16]):
+            raise FRDumpError("not_a_dump", "a list without Flight Recorder entries")
+        raw_entries, top = obj, {}
+    elif isinstance(obj, dict):
+        top = obj
+        raw_entries = obj.get("entries", [])
+        if not any(k in obj for k in ("entries", "pg_config", "pg_status", "version")):
+            raise FRDumpError("not_a_dump", "no Flight Recorder keys (entries, pg_config, "
+                                            "pg_status, version)")
+    else:
+        raise FRDumpError("not_a_dump", f"top level is a {type(obj).__name__}")
+    if not isinstance(raw_entries, list):
+        raise FRDumpError("corrupt", "'entries' is not a list")
+    version = top.get("version")
+    dump.version = str(version) if isinstance(version, str | int | float) else None
+    lib = top.get("comm_lib_version", top.get("nccl_version"))
+    dump.comm_lib_version = lib if isinstance(lib, str) and lib else None
+    entries = [e for e in raw_entries if isinstance(e, dict)]
+    dump.skipped_entries = len(raw_entries) - len(entries)
+    dump.entries = _entries_frame(entries, dump)
+    dump.groups = _group_rows(top, dump)
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v if -(1 << 63) <= v < (1 << 63) else None
+    if isinstance(v, str):
+        try:
+            return int(v)
+        except ValueError:
+            return None
+    if isinstance(v, float) and v == v and abs(v) < 9e18:
+        return int(v)
+    return None
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _bool(v: Any) -> bool | None:
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return bool(v)
+    return None
+
+
+def _float(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    return float(v) if isinstance(v, int | float) else None
+
+
+def _sizes(v: Any) -> str | None:
+    """Tensor sizes as written (``[[3, 4]]``), or None if they are not a list of int lists."""
+    if not isinstance(v, list | tuple):
+        return None
+    out = []
+    for dims in v:
+        if not isinstance(dims, list | tuple) or not all(type(d) is int for d in dims):
+            return None
+        out.append(list(dims))
+    return str(out)
+
+
+def _dtypes(v: Any) -> str | None:
+    if type(v) is not list and type(v) is not tuple:
+        return None
+    try:
+        return ",".join(v)
+    except TypeError:  # not all strings
+        return None
+
+
+_PROFILING = re.compile(r"^(?:(?P<backend>[A-Za-z]\w*):)?(?P<op>[^\s]+)"
+                        r"(?: (?P<a>\d+)(?P<dir>->|<-)(?P<b>\d+))?")
+_P2P_OPS = frozenset({"send", "recv", "isend", "irecv"})
+_WRAPPER_FUNCS = frozenset({"wrapper", "_fn", "inner", "decorate_context"})
+
+
+def _profiling(name: str | None) -> tuple[str | None, str | None, int | None]:
+    """``"nccl:send 1->2"`` → ``("nccl", "send", 2)``: backend, op, p2p peer (group rank)."""
+    if not name:
+        return None, None, None
+    m = _PROFILING.match(name)
+    if not m:
+        return None, name, None
+    # "send 1->2" and "recv 3<-0" both name the rank itself first and its peer second.
+    peer = int(m.group("b")) if m.group("dir") else None
+    return m.group("backend"), m.group("op"), peer
+
+
+def _site(frames: Any, cache: dict[tuple[int, ...], tuple[Any, ...]]) -> tuple[Any, ...]:
+    """``(api, site_func, site_file, site_line)`` from an entry's frames (innermost first)."""
+    if not isinstance(frames, list) or not frames:
+        return (None, None, None, None)
+    key = tuple(map(id, frames))
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    api = None
+    site: tuple[Any, ...] = (None, None, None)
+    for f in frames:
+        if not isinstance(f, dict):
+            continue
+        fname, func, line = _str(f.get("filename")) or "", _str(f.get("name")), _int(f.get("line"))
+        if "torch/distributed/" in fname.replace("\\", "/"):
+            if api is None and func not in _WRAPPER_FUNCS:
+                api = func
+            continue
+        if not LIBRARY_FILE.search(fname):
+            site = (func, fname, line)
+            break
+    out = (api, *site)
+    cache[key] = out
+    return out
+
+
+#: Entry keys every dump since 2.3 carries (read in one pass); the others are optional.
+_CORE_KEYS = ("record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "op_id",
+              "profiling_name", "time_created_ns", "input_sizes", "input_dtypes", "output_sizes",
+              "output_dtypes", "state", "time_discovered_started_ns",
+              "time_discovered_completed_ns", "retired", "timeout_ms")
+_OPTIONAL_KEYS = ("is_p2p", "frames", "duration_ms", "thread_name")
+_CORE_GETTER = itemgetter(*_CORE_KEYS)
+
+
+def _columns(entries: Sequence[dict[str, Any]]) -> dict[str, Sequence[Any]]:
+    """Entries transposed into columns (missing keys read as None)."""
+    try:
+        rows = zip(*map(_CORE_GETTER, entries), strict=True)
+        cols: dict[str, Sequence[Any]] = dict(zip(_CORE_KEYS, rows, strict=True))
+    except KeyError:  # an older version, or a damaged entry: key by key
+        cols = {k: [e.get(k) for e in entries] for k in _CORE_KEYS}
+    for k in _OPTIONAL_KEYS:
+        cols[k] = [e.get(k) for e in entries]
+    return cols
+
+
+def _series(name: str, values: Sequence[Any], dtype: Any) -> pl.Series:
+    """A typed column; values of another type become null (checked in Rust, fast path)."""
+    try:
+        return pl.Series(name, values, dtype=dtype, strict=True)
+    except Exception:  # a value of the wrong type somewhere: clean value by value
+        clean = {pl.Int64: _int, pl.String: _str, pl.Boolean: _bool, pl.Float64: _float}[dtype]
+        return pl.Series(name, [clean(v) for v in values], dtype=dtype)
+
+
+def _per_unique(values: Sequence[Any], fn: Any) -> list[Any]:
+    """``[fn(v) for v in values]`` computing ``fn`` once per distinct (hashable) value."""
+    done = {v: fn(v) for v in set(values)}
+    return list(map(done.__getitem__, values))
+
+
+def _pg_pair(p: Any) -> tuple[Any, Any]:
+    """``process_group`` → ``(name, desc)``."""
+    if type(p) in (tuple, list) and len(p) == 2:
+        return _str(p[0]), _str(p[1])
+    return None, None
+
+
+def _sizes_column(values: Sequence[Any]) -> list[str | None]:
+    """Sizes as text, formatted once per distinct value (most entries repeat a few shapes)."""
+    try:
+        keys = list(map(tuple, map(map, repeat(tuple), values)))  # type: ignore[call-overload]
+        done = {k: str([list(dims) for dims in k]) for k in set(keys)}
+        for k in done:
+            if not all(type(d) is int for dims in k for d in dims):
+                done[k] = _sizes(k)
+        return list(map(done.__getitem__, keys))
+    except TypeError:  # not a list of lists somewhere: value by value
+        return [_sizes(v) for v in values]
+
+
+def _dtypes_column(values: Sequence[Any]) -> list[str | None]:
+    try:
+        return list(map(",".join, values))
+    except TypeError:
+        return [_dtypes(v) for v in values]
+
+
+def _sites_column(frames: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """``_site`` of every entry, computed once per distinct stack (frame dicts are shared within
+    a pickle, so a stack is identified by the ids of its frames)."""
+    keys = [tuple(map(id, f)) if type(f) is list else () for f in frames]
+    first = dict(zip(keys, frames, strict=True))
+    cache: dict[tuple[int, ...], tuple[Any, ...]] = {}
+    done = {k: _site(f, cache) for k, f in first.items()}
+    return list(map(done.__getitem__, keys))
+
+
+def _entries_frame(entries: Sequence[dict[str, Any]], dump: FRDump) -> pl.DataFrame:
+    """The entries as ``collectives`` rows, column by column: types are checked by polars, and
+    Python parses each distinct profiling name and stack once (2,000 entries: ~10 ms)."""
+    if not entries:
+        return pl.DataFrame(schema=COLLECTIVES_SCHEMA)
+    n = len(entries)
+    c = _columns(entries)
+    pgs = c["process_group"]
+    try:  # pickle: tuples, parsed once per distinct group
+        pg_name, pg_desc = zip(*_per_unique(pgs, _pg_pair), strict=True)
+    except TypeError:  # JSON: lists
+        pg_name, pg_desc = zip(*map(_pg_pair, pgs), strict=True)
+    prof = _series("profiling_name", c["profiling_name"], pl.String)
+    backend, op, peer = zip(*_per_unique(prof.to_list(), _profiling), strict=True)
+    p2p = _series("is_p2p", c["is_p2p"], pl.Boolean)
+    if p2p.null_count():
+        p2p = p2p.fill_null(pl.Series([o in _P2P_OPS for o in op], dtype=pl.Boolean))
+    api, site_func, site_file, site_line = zip(*_sites_column(c["frames"]), strict=True)
+    df = pl.DataFrame([
+        pl.Series("source", [dump.source], pl.String).new_from_index(0, n),
+        pl.Series("rank", [dump.rank], pl.Int64).new_from_index(0, n),
+        pl.Series("host", [dump.host], pl.String).new_from_index(0, n),
+        _series("record_id", c["record_id"], pl.Int64),
+        _series("pg_id", c["pg_id"], pl.Int64),
+        _series("pg_name", pg_name, pl.String),
+        _series("pg_desc", pg_desc, pl.String),
+        _series("collective_seq_id", c["collective_seq_id"], pl.Int64),
+        _series("p2p_seq_id", c["p2p_seq_id"], pl.Int64),
+        _series("op_id", c["op_id"], pl.Int64),
+        p2p.alias("is_p2p"),
+        pl.Series("backend", backend, pl.String),
+        pl.Series("op", op, pl.String),
+        pl.Series("peer", peer, pl.Int64),
+        prof,
+        pl.Series("input_sizes", _sizes_column(c["input_sizes"]), pl.String),
+        pl.Series("input_dtypes", _dtypes_column(c["input_dtypes"]), pl.String),
+        pl.Series("output_sizes", _sizes_column(c["output_sizes"]), pl.String),
+        pl.Series("output_dtypes", _dtypes_column(c["output_dtypes"]), pl.String),
+        _series("state", c["state"], pl.String),
+        _series("retired", c["retired"], pl.Boolean),
+        _series("time_created", c["time_created_ns"], pl.Int64),
+        _series("time_started", c["time_discovered_started_ns"], pl.Int64),
+        _series("time_completed", c["time_discovered_completed_ns"], pl.Int64),
+        _series("duration_ms", c["duration_ms"], pl.Float64),
+        _series("timeout_ms", c["timeout_ms"], pl.Int64),
+        _series("thread_name", c["thread_name"], pl.String),
+        pl.Series("api", api, pl.String),
+        pl.Series("site_func", site_func, pl.String),
+        pl.Series("site_file", site_file, pl.String),
+        pl.Series("site_line", site_line, pl.Int64),
+    ])
+    dump._pg_names = {t for t in set(zip(c["pg_id"], pg_name, pg_desc, strict=True))
+                      if type(t[0]) is int}
+    # 0 (JSON) and None (pickle) both mean "not yet".
+    return df.with_columns(
+        pl.when(pl.col(c) > 0).then(pl.col(c)).cast(pl.Datetime("ns", "UTC")).alias(c)
+        for c in _NS_COLUMNS)
+
+
+_INTS = re.compile(r"-?\d+")
+
+
+def _members(v: Any) -> list[int] | None:
+    """``"[0, 1, 2]"`` (how torch writes it) or a list → ``[0, 1, 2]``; never ``eval``."""
+    if isinstance(v, str):
+        return [int(x) for x in _INTS.findall(v)]
+    if isinstance(v, list | tuple) and all(type(x) is int for x in v):
+        return list(v)
+    return None
+
+
+def _group_rows(top: dict[str, Any], dump: FRDump) -> list[dict[str, Any]]:
+    """One row per process group this dump knows: membership (pg_config) + status (pg_status).
+
+    pg_config is keyed by PG name, pg_status by PG id; the entries say which id has which name.
+    Configs recorded under an empty name (Gloo) are dropped: they do not say which group.
+    """
+    id_to_name: dict[int, tuple[str | None, str | None]] = {}
+    for pid, name, desc in sorted(dump._pg_names, key=lambda t: (t[0], t[1] or "", t[2] or "")):
+        id_to_name.setdefault(pid, (_str(name), _str(desc)))
+    config = top.get("pg_config")
+    configs: dict[str, tuple[str | None, list[int] | None]] = {}
+    if isinstance(config, dict):
+        for key, info in config.items():
+            if not isinstance(info, dict):
+                continue
+            name = _str(info.get("name")) or (key if isinstance(key, str) else None)
+            if not name:
+                continue
+            configs[name] = (_str(info.get("desc")), _members(info.get("ranks")))
+    status = top.get("pg_status")
+    rows: dict[tuple[int | None, str | None], dict[str, Any]] = {}
+
+    def row(pid: int | None, name: str | None) -> dict[str, Any]:
+        key = (pid, name)
+        if key not in rows:
+            rows[key] = {"source": dump.source, "rank": dump.rank, "pg_id": pid,
+                         "pg_name": name, "pg_desc": None, "members": None,
+                         "last_enqueued": None, "last_started": None, "last_completed": None}
+        return rows[key]
+
+    if isinstance(status, dict):
+        for key, st in status.items():
+            pid = _int(key)
+            if not isinstance(st, dict):
+                continue
+            name, desc = id_to_name.get(pid, (None, None)) if pid is not None else (None, None)
+            r = row(pid, name)
+            r["pg_desc"] = r["pg_desc"] or desc
+            r["last_enqueued"] = _int(st.get("last_enqueued_collective"))
+            r["last_started"] = _int(st.get("last_started_collective"))
+            r["last_completed"] = _int(st.get("last_completed_collective"))
+    for pid, (name, desc) in id_to_name.items():
+        r = row(pid, name)
+        r["pg_desc"] = r["pg_desc"] or desc
+    by_name = {r["pg_name"]: r for r in rows.values() if r["pg_name"] is not None}
+    for name, (desc, members) in configs.items():
+        r = by_name.get(name) or row(None, name)
+        r["pg_desc"] = r["pg_desc"] or desc
+        r["members"] = members
+    return list(rows.values())
+
+
+# --------------------------------------------------------------------------- frames
+
+
+@dataclass
+class FRFrames:
+    """The Flight Recorder frames of a job (see ``docs/frames.md``)."""
+
+    collectives: pl.DataFrame
+    dumps: pl.DataFrame
+    groups: pl.DataFrame
+
+    @classmethod
+    def empty(cls) -> FRFrames:
+        return cls(pl.DataFrame(schema=COLLECTIVES_SCHEMA), pl.DataFrame(schema=DUMPS_SCHEMA),
+                   pl.DataFrame(schema=GROUPS_SCHEMA))
+
+
+def _preference(d: FRDump) -> tuple[int, int, int, float]:
+    return (int(d.ok), int(d.format == "pickle"), d.entries.height,
+            d.dumped_at.timestamp() if d.dumped_at else 0.0)
+
+
+def settle_duplicates(dumps: Iterable[FRDump]) -> list[FRDump]:
+    """One dump per rank: the readable one, with call stacks (pickle), most entries, newest;
+    the others are marked ``duplicate`` (their entries are not used)."""
+    dumps = list(dumps)
+    best: dict[int, FRDump] = {}
+    for d in dumps:
+        if d.rank is None:
+            continue
+        if d.rank not in best or _preference(d) > _preference(best[d.rank]):
+            best[d.rank] = d
+    for d in dumps:
+        if d.rank is not None and best[d.rank] is not d and d.status in ("ok", "empty"):
+            d.status = "duplicate"
+            d.error = f"rank {d.rank} also has {best[d.rank].source}"
+    return dumps
+
+
+def build_frames(dumps: Iterable[FRDump]) -> FRFrames:
+    """The ``collectives``, ``fr_dumps`` and ``fr_groups`` frames of a set of dumps."""
+    dumps = settle_duplicates(dumps)
+    if not dumps:
+        return FRFrames.empty()
+    used = [d for d in dumps if d.ok]
+    parts = [d.entries for d in used if d.entries.height]
+    collectives = pl.concat(parts, how="vertical") if parts \
+        else pl.DataFrame(schema=COLLECTIVES_SCHEMA)
+    group_rows = [r for d in used for r in d.groups]
+    groups = pl.DataFrame(group_rows, schema=GROUPS_SCHEMA) if group_rows \
+        else pl.DataFrame(schema=GROUPS_SCHEMA)
+    dump_frame = pl.DataFrame([d.row() for d in dumps], schema=DUMPS_SCHEMA)
+    return FRFrames(collectives, dump_frame, groups)
+
+
+def collectives_frame(dumps: Iterable[FRDump]) -> pl.DataFrame:
+    """The ``collectives`` frame alone (see :func:`build_frames`)."""
+    return build_frames(dumps).collectives
+
+
+def read_paths(paths: Sequence[str]) -> list[FRDump]:
+    """Read dump files from disk (scripts, benchmarks; ``job.load`` reads archive members too)."""
+    return [_read_path(p) for p in paths]
+
+
+def _read_path(path: str) -> FRDump:
+    import os
+
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_DUMP_BYTES + 1)
+        mtime = os.stat(path).st_mtime
+    except OSError as err:
+        return FRDump(source=path, rank=dump_identity(path)[0], host=dump_identity(path)[1],
+                      format="unknown", status="corrupt", error=f"cannot read: {err}")
+    return read_dump(data, path, mtime=mtime)
+
+
+# --------------------------------------------------------------------------- example notation
+
+EXAMPLE_EPOCH_NS = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
+_EXAMPLE_ENTRY = re.compile(
+    r"^#(?P<seq>\d+) (?P<op>[\w:]+) (?P<sizes>\[\S*\]) (?P<dtype>\w+) "
+    r"(?P<state>completed|started|scheduled|timed-out|pending)"
+    r"(?: @(?P<t>\d+(?:\.\d+)?)s)?(?: (?P<file>[^\s:]+):(?P<line>\d+)(?: in (?P<func>\w+))?)?$")
+_EXAMPLE_RANK = re.compile(r"^rank (?P<rank>\d+): (?P<body>.*)$")
+
+
+def example_dumps(text: str, *, version: str = "2.10", timeout_ms: int = 600_000,
+                  prefix: str = "fr/nccl_trace_rank_") -> dict[str, bytes]:
+    """Flight Recorder dumps (pickles, NCCL layout) from the notation used in rule docs.
+
+    One line per rank; entries of the default group separated by ``|``::
+
+        rank 0: #1 all_reduce [[4]] Float completed train.py:41 | #2 all_reduce [[4]] Float pending
+        rank 1: empty dump            (an empty file)
+        rank 2: no dump               (no file)
+
+    An entry is ``#<seq> <op> <sizes> <dtype> <state> [@<seconds>s] [<file>:<line> [in <func>]]``
+    where state is ``completed``, ``started``, ``scheduled``, ``pending`` (scheduled, not retired)
+    or ``timed-out`` (started and retired: what NCCL's watchdog leaves). Times count from
+    2026-01-01 (default: ``seq`` seconds); the call site defaults to ``train.py:<40+seq>``.
+    Lines starting with ``#`` are comments.
+
+    >>> files = example_dumps("rank 0: #1 all_reduce [[4]] Float completed\\nrank 1: empty dump")
+    >>> sorted(files), len(files["fr/nccl_trace_rank_1"])
+    (['fr/nccl_trace_rank_0', 'fr/nccl_trace_rank_1'], 0)
+    >>> read_dump(files["fr/nccl_trace_rank_0"], "fr/nccl_trace_rank_0").entries["op"].to_list()
+    ['all_reduce']
+    """
+    ranks: dict[int, list[dict[str, Any]] | None] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _EXAMPLE_RANK.match(line)
+        if not m:
+            raise ValueError(f"not a rank line: {line!r}")
+        rank, body = int(m.group("rank")), m.group("body").strip()
+        if body == "no dump":
+            continue
+        if body == "empty dump":
+            ranks[rank] = None
+            continue
+        ranks[rank] = [_example_entry(part.strip(), i, timeout_ms)
+                       for i, part in enumerate(body.split("|"))]
+    world = sorted(ranks)
+    members = str(list(range(max(world) + 1))) if world else "[]"
+    out: dict[str, bytes] = {}
+    for rank, entries in ranks.items():
+        name = f"{prefix}{rank}"
+        if entries is None:
+            out[name] = b""
+            continue
+        issued = max((e["collective_seq_id"] for e in entries), default=-1)
+        done = max((e["collective_seq_id"] for e in entries if e["state"] == "completed"),
+                   default=-1)
+        dump = {"version": version, "comm_lib_version": "2.21.5",
+                "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": members}},
+                "pg_status": {"0": {"last_enqueued_collective": issued,
+                                    "last_started_collective": issued,
+                                    "last_completed_collective": done}},
+                "entries": entries}
+        out[name] = pickle.dumps(dump, protocol=2)
+    return out
+
+
+def _example_entry(text: str, index: int, timeout_ms: int) -> dict[str, Any]:
+    m = _EXAMPLE_ENTRY.match(text)
+    if not m:
+        raise ValueError(f"not an entry: {text!r}")
+    seq, state = int(m.group("seq")), m.group("state")
+    created = EXAMPLE_EPOCH_NS + int(float(m.group("t") or seq) * 1e9)
+    op = m.group("op") if ":" in m.group("op") else f"nccl:{m.group('op')}"
+    sizes = json.loads(m.group("sizes"))
+    api = op.split(":", 1)[1]
+    frames = [
+        {"name": api, "filename": "/usr/lib/python3/site-packages/torch/distributed/"
+                                  "distributed_c10d.py", "line": 2500},
+        {"name": "wrapper", "filename": "/usr/lib/python3/site-packages/torch/distributed/"
+                                        "c10d_logger.py", "line": 83},
+        {"name": m.group("func") or "train_step", "filename": m.group("file") or "train.py",
+         "line": int(m.group("line") or 40 + seq)},
+        {"name": "main", "filename": "train.py", "line": 120},
+    ]
+    started = state in ("started", "completed", "timed-out")
+    return {
+        "frames": frames, "record_id": index, "pg_id": 0, "process_group": ("0", "default_pg"),
+        "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq, "profiling_name": op,
+        "time_created_ns": created, "input_sizes": sizes, "input_dtypes": [m.group("dtype")],
+        "output_sizes": sizes, "output_dtypes": [m.group("dtype")],
+        "state": {"timed-out": "started", "pending": "scheduled"}.get(state, state),
+        "time_discovered_started_ns": created + 1000 if started else None,
+        "time_discovered_completed_ns": created + 10**7 if state == "completed" else None,
+        "retired": state in ("completed", "timed-out"), "timeout_ms": timeout_ms,
+        "is_p2p": False, "thread_id": "1", "thread_name": "pt_main_thread",
+    }
