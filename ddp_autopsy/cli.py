@@ -105,7 +105,8 @@ def inspect(paths: tuple[Path, ...], out: Path) -> None:
             click.echo(f"ddp-autopsy: {note.path}: {note.message}", err=True)
         sys.exit(EXIT_NO_INPUT)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("events", "stacks", "ranks", "env", "processes"):
+    for name in ("events", "stacks", "ranks", "env", "processes", "collectives", "fr_dumps",
+                 "fr_groups"):
         frame = job.frame(name)
         frame.write_parquet(out / f"{name}.parquet")
         click.echo(f"{out / (name + '.parquet')}: {frame.height} rows")

@@ -237,8 +237,9 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
     if dumps:
         fr = build_frames(dumps)
         job.collectives, job.fr_dumps, job.fr_groups = fr.collectives, fr.dumps, fr.groups
-        notes += [InputNote(d.source, d.note() or "", "warning") for d in dumps
-                  if not d.ok and d.note()]
+        notes += [InputNote(d.source, d.note() or "",
+                            "info" if d.status == "duplicate" else "warning")
+                  for d in dumps if not d.ok and d.note()]
     job.ranks = _ranks_frame(job)
     job.elapsed_s = time.perf_counter() - t0
     return job

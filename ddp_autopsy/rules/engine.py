@@ -136,6 +136,14 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
                 b.role, b.explained_by = "symptom", a.id
                 b.severity = "warning" if b.severity in ("critical", "error") else b.severity
                 break
+    # Two rules reaching the same diagnosis (same cause, same ranks) from different evidence:
+    # the more certain one stays the root cause, the other is kept as corroborating context.
+    for i, b in enumerate(roots):
+        for a in roots[:i]:
+            if a.role == "root_cause" and b.role == "root_cause" and a.cause == b.cause \
+                    and set(a.ranks) == set(b.ranks):
+                b.role, b.explained_by = "info", a.id
+                break
     top = next((f for f in findings if f.role == "root_cause"), None)
     for f in findings:
         if f.role == "symptom" and f.explained_by is None and top is not None:
