@@ -34,6 +34,8 @@ def registry() -> tuple[type[Rule], ...]:
         except ModuleNotFoundError:
             continue
         for info in pkgutil.iter_modules(sub.__path__):
+            if info.name.startswith("_"):  # shared helpers, not rules
+                continue
             module = importlib.import_module(f"{sub.__name__}.{info.name}")
             for _, obj in inspect.getmembers(module, inspect.isclass):
                 if issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__:

@@ -41,20 +41,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer import collectives
-from ddp_autopsy.analyzer.flight_recorder import example_dumps
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, first_ts
+from ddp_autopsy.rules.base import Evidence, Finding, evidence_of, first_ts
+from ddp_autopsy.rules.coll._flight_recorder import FlightRecorderRule
 
 
-class CollectiveNotJoined(Rule):
+class CollectiveNotJoined(FlightRecorderRule):
     code = "COLL005"
     slug = "collective-not-joined"
     cause = "rank_stuck_outside_collective"
-    inputs = ("collectives",)
-
-    @classmethod
-    def example_files(cls) -> dict[str, bytes]:
-        return example_dumps(cls.example())
 
     def check(self, job: Job) -> Iterator[Finding]:
         report = collectives.analyze(job)

@@ -43,21 +43,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer import collectives
-from ddp_autopsy.analyzer.flight_recorder import example_dumps
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Evidence, Finding, Rule
+from ddp_autopsy.rules.base import Evidence, Finding
+from ddp_autopsy.rules.coll._flight_recorder import FlightRecorderRule
 
 
-class CollectiveDivergence(Rule):
+class CollectiveDivergence(FlightRecorderRule):
     code = "COLL006"
     slug = "collective-divergence"
     cause = "collective_mismatch"
     severity = "critical"
-    inputs = ("collectives",)
-
-    @classmethod
-    def example_files(cls) -> dict[str, bytes]:
-        return example_dumps(cls.example())
 
     def check(self, job: Job) -> Iterator[Finding]:
         report = collectives.analyze(job)

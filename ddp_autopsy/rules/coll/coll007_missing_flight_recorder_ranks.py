@@ -40,20 +40,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer import collectives
-from ddp_autopsy.analyzer.flight_recorder import example_dumps
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Evidence, Finding, Rule
+from ddp_autopsy.rules.base import Evidence, Finding
+from ddp_autopsy.rules.coll._flight_recorder import FlightRecorderRule
 
 
-class MissingFlightRecorderRanks(Rule):
+class MissingFlightRecorderRanks(FlightRecorderRule):
     code = "COLL007"
     slug = "missing-flight-recorder-ranks"
     cause = "missing_ranks"
-    inputs = ("collectives",)
-
-    @classmethod
-    def example_files(cls) -> dict[str, bytes]:
-        return example_dumps(cls.example())
 
     def check(self, job: Job) -> Iterator[Finding]:
         report = collectives.analyze(job)
