@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,7 @@ def test_two_bundles_merge_into_one_job(tmp_path: Path) -> None:
             return all(f"READY rank={r}" in text for r in range(4))
 
         assert wait_for(ready, timeout=90), "".join(c.read_text() for c in consoles)[-3000:]
+        time.sleep(1.0)  # READY is printed just before the call that blocks: let them get there
         bundles = []
         for node, agent in enumerate(agents):
             res = collect(CollectOptions(pid=agent.pid, out=tmp_path / f"bundle-node{node}",

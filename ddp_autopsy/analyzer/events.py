@@ -238,6 +238,9 @@ class _State:
     elastic_entry: dict[str, Any] | None = None
     spawn_index: dict[tuple[Any, Any], int] = field(default_factory=dict)
     noted: set[str] = field(default_factory=set)
+    #: Per stream: the line after a traceback frame line, and that frame line's indent (the
+    #: echoed source line is indented deeper; an exception line is not).
+    code_line: dict[tuple[Any, Any], tuple[int, int]] = field(default_factory=dict)
 
 
 def _looks_binary(head: bytes) -> bool:
@@ -524,7 +527,11 @@ def _classify(line: int, raw: str, found: frozenset[str], ctx: FileContext, stat
         tb = state.tracebacks.get(stream)
         if tb is not None:
             tb["frames"] = [*tb["frames"][-4:], fm.groupdict()]
+        state.code_line[stream] = (line + 1, len(body) - len(body.lstrip()))
         return
+    echo = state.code_line.pop(stream, None)
+    if echo and echo[0] == line and len(body) - len(body.lstrip()) > echo[1]:
+        return  # the program's source echoed by a traceback (`raise RuntimeError("...")`)
     for pat in _patterns_for(found):
         if not any(n in body for n in pat.needles):  # a needle in a prefix only
             continue
