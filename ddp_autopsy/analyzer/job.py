@@ -421,7 +421,6 @@ def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: lis
             continue
         _load_member(member, _context(member, host=host, ref=collected), notes, inputs,
                      event_rows, stack_rows, dumps=dumps)
-    stack_paths = {p.get("stack") for p in by_pid.values()}
     for entry in man.get("logs") or []:
         if not isinstance(entry, dict) or not entry.get("path"):
             continue
@@ -437,10 +436,8 @@ def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: lis
         proc = by_pid.get(entry.get("pid")) if isinstance(entry.get("pid"), int) else None
         if proc is not None and proc.get("rank") is not None:
             ctx.rank, ctx.local_rank = proc["rank"], proc.get("local_rank")
-            ctx.cue = "bundle manifest"
+            ctx.cue = proc.get("rank_cue", "bundle manifest")
         _load_member(member, ctx, notes, inputs, event_rows, stack_rows)
-    # py-spy text dumps duplicate the JSON ones; everything else listed was read above.
-    _ = stack_paths
 
 
 RANKS_SCHEMA: dict[str, Any] = {

@@ -6,8 +6,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import polars as pl
-
 #: torch.distributed calls that block until the other ranks arrive.
 COLLECTIVES = frozenset({
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "_all_gather_base",
@@ -98,30 +96,3 @@ class RankStack:
             if rx.search(names):
                 return label
         return None
-
-    @property
-    def signature(self) -> tuple[str, ...]:
-        return tuple(f"{f.func}@{f.file}:{f.line}" for f in self.frames)
-
-
-def main_threads(stacks: pl.DataFrame) -> list[RankStack]:
-    """The main thread of every dumped process (worker processes only when ranks are known)."""
-    if stacks.height == 0:
-        return []
-    out: list[RankStack] = []
-    for (source, pid), grp in stacks.group_by(["source", "pid"], maintain_order=True):
-        main = grp.filter(pl.col("thread_id") == pid)
-        if main.height == 0:
-            main = grp.filter(pl.col("thread_name") == "MainThread")
-        if main.height == 0:
-            first_tid = grp["thread_id"][0]
-            main = grp.filter(pl.col("thread_id") == first_tid)
-        main = main.sort("depth")
-        row = main.row(0, named=True)
-        out.append(RankStack(
-            rank=row["rank"], pid=pid, host=row["host"], source=str(source),
-            idle=bool(row["idle"]),
-            frames=[Frame(r["func"], r["file"] or "", r["line"])
-                    for r in main.iter_rows(named=True)],
-        ))
-    return out
