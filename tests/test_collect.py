@@ -285,11 +285,12 @@ def test_flight_recorder_pipe_outcomes(tmp_path: Path) -> None:
 def test_flight_recorder_plan() -> None:
     plan = flight_recorder.plan([
         (0, {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "/x/pipe_", "TORCH_FR_DUMP_TEMP_FILE": "/d/fr_",
-             "HOME": "/home/u"}),
-        (1, {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "/x/pipe_"}),
+             "HOME": "/home/u"}, "/job"),
+        (1, {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE": "/x/pipe_"}, "/job"),
+        (2, {"TORCH_FR_DUMP_TEMP_FILE": "dumps/fr_"}, "/job"),  # relative to the worker's cwd
     ])
     assert plan.pipes == ["/x/pipe_0.pipe", "/x/pipe_1.pipe"]
-    assert plan.prefixes[0] == "/d/fr_"
+    assert plan.prefixes[:2] == ["/d/fr_", "/job/dumps/fr_"]
     assert "/tmp/nccl_trace_rank_" in plan.prefixes
     assert "/home/u/.cache/torch/nccl_trace_rank_" in plan.prefixes
 

@@ -290,13 +290,15 @@ def test_real_job_dumps_name_the_skipped_collective(scenario_run) -> None:
     # JSON dumps carry no stacks: who never joined, but no call-site divergence.
     g_json = collectives.analyze(load([sr.dir / "fr_json"])).groups[0]
     assert g_json.not_joined == {1: 8} and g_json.divergence is None
-    # Dumps + the bundle collect took (stacks, console): the verdict is the skipped collective,
-    # rank 1 is seen in validate(), and both "stuck outside" findings follow from it.
+    # The bundle collect took (stacks, console, and the dumps it picked up): the verdict is the
+    # skipped collective, rank 1 is seen in validate(), and both "stuck outside" findings follow.
     assert sr.bundle is not None
-    analysis = run(load([sr.bundle, sr.dir / "fr_dumps"]))
+    assert sorted(p.name for p in (sr.bundle / "fr").rglob("nccl_trace_rank_*")) == [
+        f"nccl_trace_rank_{r}" for r in range(3)]
+    analysis = run(load([sr.bundle]))
     verdict = analysis.verdict
     assert verdict is not None and verdict.rule == "COLL006"
-    assert (verdict.cause, verdict.ranks) == (expect["fr_cause"], expect["ranks"])
+    assert (verdict.cause, verdict.ranks) == (expect["cause"], expect["ranks"])
     assert "#6" in verdict.summary and "fr_skipped_allreduce.py:80" in verdict.summary
     assert "Rank 1 skipped a collective just before" in verdict.summary
     coll5 = next(f for f in analysis.findings if f.rule == "COLL005")

@@ -176,7 +176,8 @@ class _Collection:
                                                float]:
         """Poke the FR pipes first, so the ranks dump while we take the stacks."""
         workers = [p for p in self.procs.values() if p.member.role == "worker" and p.env]
-        fr = flight_recorder.plan((p.member.rank, p.env or {}) for p in workers)
+        fr = flight_recorder.plan((p.member.rank, p.env or {}, p.info.get("cwd"))
+                                for p in workers)
         started = time.time()
         return fr, flight_recorder.trigger(self.bundle, fr, step_timeout=self.step), started
 

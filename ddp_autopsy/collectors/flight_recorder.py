@@ -42,21 +42,25 @@ class FrPlan:
     prefixes: list[str] = field(default_factory=list)
 
 
-def plan(envs: Iterable[tuple[int | None, dict[str, str]]]) -> FrPlan:
-    """Pipes to poke and dump prefixes to search, from ``(rank, env)`` of the job's workers."""
+def plan(workers: Iterable[tuple[int | None, dict[str, str], str | None]]) -> FrPlan:
+    """Pipes to poke and dump prefixes to search, from ``(rank, env, cwd)`` of the job's workers.
+
+    torch opens the paths as given, so a relative pipe stem or prefix is relative to the
+    worker's working directory, not to ours."""
     out = FrPlan()
     prefixes: dict[str, None] = {}
     cache_dirs: dict[str, None] = {}
-    for rank, env in envs:
-        stem = env.get(PIPE_VAR)
+    for rank, env, cwd in workers:
+        stem = _absolute(env.get(PIPE_VAR), cwd)
         if stem:
             if rank is not None:
                 out.pipes.append(f"{stem}{rank}.pipe")
             else:  # mp.spawn child: rank unknown, take every pipe of the stem
                 out.pipes.extend(sorted(glob.glob(glob.escape(stem) + "*.pipe")))
         for var in PREFIX_VARS:
-            if env.get(var):
-                prefixes.setdefault(env[var], None)
+            prefix = _absolute(env.get(var), cwd)
+            if prefix:
+                prefixes.setdefault(prefix, None)
         home = env.get("XDG_CACHE_HOME") or (env["HOME"] + "/.cache" if env.get("HOME") else None)
         if home:
             cache_dirs.setdefault(home, None)
@@ -68,6 +72,12 @@ def plan(envs: Iterable[tuple[int | None, dict[str, str]]]) -> FrPlan:
     out.pipes = list(dict.fromkeys(out.pipes))
     out.prefixes = list(prefixes)
     return out
+
+
+def _absolute(path: str | None, cwd: str | None) -> str | None:
+    if not path or os.path.isabs(path) or not cwd:
+        return path or None
+    return os.path.join(cwd, path)
 
 
 def poke_pipe(path: str) -> str:

@@ -14,9 +14,10 @@ dumper thread in each rank writes the trace through torch's own API,
 directory) and ``_dump_fr_trace_json()`` to ``fr_json/<hostname>_rank<rank>.json``, the way a
 user's dump-on-timeout hook would, while the main thread stays blocked in the collective.
 
-From the stacks alone (the collected bundle) the diagnosis is rank 1 stuck in ``validate``
-while the others wait in ``all_reduce``; with the dumps it is the skipped all_reduce itself:
-the first collective whose call site differs between ranks (``tests/test_collectives.py``).
+From the stacks alone the diagnosis would be rank 1 stuck in ``validate`` while the others wait
+in ``all_reduce``; ``collect`` also picks up the dumps (the relative prefix resolved against the
+workers' directory), and with them the verdict is the skipped all_reduce itself: the first
+collective whose call site differs between ranks (``tests/test_collectives.py``).
 """
 
 LAUNCH = {
@@ -27,10 +28,9 @@ LAUNCH = {
     "timeout_s": 60,
 }
 EXPECT = {
-    "cause": "rank_stuck_outside_collective",
+    "cause": "collective_mismatch",
     "ranks": [1],
-    "frame": "validate",
-    "fr_cause": "collective_mismatch",
+    "frame": "fr_skipped_allreduce.py:80",
     "fr_seq": 6,
     "fr_pending": 9,
     "notes": "rank 1 skips the grad-norm all_reduce at step 3, so its next all_reduce (#6, the "
