@@ -205,6 +205,9 @@ def test_logs_alone_give_the_group_timeline(tmp_path: Path) -> None:
     coll9 = [f for f in analysis.findings if f.rule == "COLL009"]
     assert len(coll9) == 1 and coll9[0].ranks == [2, 3]
     assert "never joined ALLREDUCE #315 of process group 1 (tp)" in coll9[0].summary
+    # Ranks 2, 3 joined the job and fell behind: laggards, not ranks missing from the job.
+    assert not [f for f in analysis.findings if f.rule == "RDZV004"]
+    assert analysis.verdict is not None and analysis.verdict.rule == "COLL009"
 
 
 def test_logs_fold_into_flight_recorder_groups(tmp_path: Path) -> None:

@@ -276,6 +276,15 @@ def rank_phrase(ranks: Iterable[int]) -> str:
     return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {format_ranks(rs)}"
 
 
+def writers_phrase(ids: Iterable[str], limit: int = 4) -> str:
+    """``{"rank 3", "rank 1", "node2 pid 7"}`` → ``"ranks 1,3, node2 pid 7"``."""
+    ids = set(ids)
+    ranks = sorted(int(i[5:]) for i in ids if i.startswith("rank "))
+    others = sorted(i for i in ids if not i.startswith("rank "))
+    parts = [f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)}"] if ranks else []
+    return ", ".join(parts + others[:limit] + (["…"] if len(others) > limit else []))
+
+
 def evidence_of(row: dict[str, Any]) -> Evidence:
     """Evidence from an ``events`` row."""
     text = row.get("text") or ""

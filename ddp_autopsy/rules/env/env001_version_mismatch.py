@@ -33,16 +33,9 @@ from collections.abc import Iterator
 import polars as pl
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, format_ranks
+from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, writers_phrase
 
 KEYS = ("torch", "nccl", "cuda", "python")
-
-
-def _who(ids: set[str]) -> str:
-    ranks = sorted(int(i[5:]) for i in ids if i.startswith("rank "))
-    others = sorted(i for i in ids if not i.startswith("rank "))
-    parts = [f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)}"] if ranks else []
-    return ", ".join(parts + others[:4])
 
 
 class VersionMismatch(Rule):
@@ -80,7 +73,7 @@ class VersionMismatch(Rule):
             ordered = sorted(by_version.items(), key=lambda kv: -len(kv[1]))
             minority = set().union(*(ids for _, ids in ordered[1:]))
             ranks = [int(i[5:]) for i in minority if i.startswith("rank ")]
-            desc = "; ".join(f"{v} on {_who(ids)}" for v, ids in ordered)
+            desc = "; ".join(f"{v} on {writers_phrase(ids)}" for v, ids in ordered)
             yield self.finding(
                 f"Ranks run different {what} versions: {desc}.",
                 evidence=[proof[(what, v)] for v, _ in ordered[:3]] + [

@@ -48,7 +48,9 @@ class MissingRanks(Rule):
         named: set[int] = set()
         evidence_rows = []
         world = job.world_size
-        for r in job.rows("monitored_barrier_failed", "desync_never_joined", "desync_not_joined"):
+        # A desync report's "[2] finished collective #314, but didn't join collective #315" is a
+        # rank that joined and fell behind: COLL009's laggard, not a rank missing from the job.
+        for r in job.rows("monitored_barrier_failed", "desync_never_joined"):
             named |= set(_ints(r["data"].get("ranks", "")))
             evidence_rows.append(r)
         clients = [r for r in job.rows("store_clients_timeout")
