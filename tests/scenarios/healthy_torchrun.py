@@ -8,6 +8,7 @@ EXPECT = {"cause": None, "ranks": [], "notes": "clean exit 0; nothing to diagnos
 
 
 def main() -> None:
+    import gc
     from datetime import timedelta
 
     import torch
@@ -30,6 +31,11 @@ def main() -> None:
         print(
             f"rank={rank} step={step} loss={metric.item() / dist.get_world_size():.4f}", flush=True
         )
+    # DDP holds the process group: release it so that destroy_process_group() frees it and
+    # joins Gloo's worker threads. Otherwise a worker may free the last all_reduce's tensors
+    # while the interpreter shuts down and abort the process (pytorch/pytorch#179291).
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
     print(f"rank={rank} done", flush=True)
 
