@@ -195,6 +195,20 @@ PATTERNS: tuple[Pattern, ...] = (
         r"Timed out waiting (?P<ms>\d+)ms for (?P<op>recv|send) operation to complete",
         ms=int,
     ),
+    # Gloo's full-mesh connect at init gave up (M21): "Gloo connectFullMesh failed with [...]
+    # timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:21926$1", and its
+    # debug logger's last try "failed to connect, willRetry=0, ..." (willRetry=1 is transient).
+    _p(
+        "gloo_connect_failure",
+        ("connectFullMesh failed", "failed to connect, willRetry=0"),
+        r"(?:Gloo connectFullMesh failed with|failed to connect, willRetry=0)"
+        r"(?:.*?(?P<why>Connection refused|Connect timeout|timed out connecting|No route to host"
+        r"|Connection reset by peer))?(?:.*?remote=\[(?P<addr>[^\]]+)\]:(?P<port>\d+))?",
+        port=int,
+    ),
+    # An init method in a file (FileStore), as printed by scripts or their argument dumps:
+    # "| distributed init (rank 1): file:///nfs/job/dist_init", "--dist-url file:///…".
+    _p("init_file_url", "file://", r"file://(?P<path>/[^\s'\",;)\]}]+)"),
     # A peer went away: a consequence, reported as a symptom.
     _p(
         "peer_closed",

@@ -93,6 +93,7 @@ EXPLAINS = {
     "port_in_use": {"master_unreachable", "missing_ranks", "rank_crashed"},
     "unresolved_host": {"master_unreachable", "missing_ranks", "rank_crashed"},
     "master_unreachable": {"missing_ranks", "rank_crashed"},
+    "stale_init_file": {"missing_ranks", "rank_crashed", "nccl_connection_failure"},
     "no_socket_interface": {"master_unreachable", "missing_ranks", "rank_crashed",
                             "nccl_connection_failure"},
     "loopback_address": {"nccl_connection_failure", "missing_ranks", "rank_crashed"},

@@ -427,7 +427,7 @@ def _drive_hang(
     run: ScenarioRun, launcher: subprocess.Popen[bytes], ctx: RunContext, log_dir: Path | None
 ) -> None:
     launch = ctx.spec.launch
-    watched = [run.console] + ([log_dir] if log_dir else [])
+    watched = [run.console, *run.rank_files()] + ([log_dir] if log_dir else [])
     expected = int(launch.get("ready", launch.get("nproc", 2)))
     t0 = time.monotonic()
     err = wait_ready(launcher, watched, expected, ctx.spec.timeout_s)
@@ -438,7 +438,7 @@ def _drive_hang(
     time.sleep(0.5)  # the marker is printed just before the blocking call
     t1 = time.monotonic()
     try:
-        run.bundle = collect_bundle(launcher.pid, run.dir, [run.console])
+        run.bundle = collect_bundle(launcher.pid, run.dir, [run.console, *run.rank_files()])
     except Exception as exc:  # the collector is a separate component: record, don't hide
         run.error = f"collect failed: {type(exc).__name__}: {exc}"
     run.collect_s = round(time.monotonic() - t1, 2)
