@@ -163,6 +163,16 @@ PATTERNS: tuple[Pattern, ...] = (
         timeout_ms=int,
         ran_ms=int,
     ),
+    # M5: the watchdog's abort, seen only as its C++ stack ("frame #1:
+    # c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(...)", "Exception raised from
+    # ncclCommWatchdog at .../ProcessGroupNCCL.cpp:1521") when the message itself is cut off.
+    _p(
+        "watchdog_abort",
+        ("WorkNCCL::checkTimeout", "Exception raised from ncclCommWatchdog",
+         "Exception raised from checkTimeout"),
+        r"(?:ProcessGroupNCCL::WorkNCCL::checkTimeout\(|Exception raised from "
+        r"(?P<where>ncclCommWatchdog|checkTimeout) at)",
+    ),
     # M2
     _p(
         "watchdog_summary",
@@ -209,6 +219,19 @@ PATTERNS: tuple[Pattern, ...] = (
     # An init method in a file (FileStore), as printed by scripts or their argument dumps:
     # "| distributed init (rank 1): file:///nfs/job/dist_init", "--dist-url file:///…".
     _p("init_file_url", "file://", r"file://(?P<path>/[^\s'\",;)\]}]+)"),
+    # Work one rank does on its own, naming itself: "Running predictions on sample x on rank=0",
+    # "[rank 0] Saving checkpoint to ...", "Evaluating on rank 0". Only telling when it is the
+    # last thing a log shows before a collective timeout (COLL010).
+    _p(
+        "rank_local_work",
+        ("predict", "Predict", "evaluat", "Evaluat", "validat", "Validat", "checkpoint",
+         "Checkpoint", "Saving", "saving", "plotting", "Plotting"),
+        r"(?i)(?:\brank\s*[=:]?\s*(?P<rank>\d+)\b.{0,80}?\b(?P<what>predict\w*|evaluat\w*"
+        r"|validat\w*|checkpoint\w*|saving|plotting)|\b(?P<what2>predict\w*|evaluat\w*|validat\w*"
+        r"|checkpoint\w*|saving|plotting)\b.{0,120}?\brank\s*[=:]?\s*(?P<rank2>\d+)\b)",
+        rank=int,
+        rank2=int,
+    ),
     # A peer went away: a consequence, reported as a symptom.
     _p(
         "peer_closed",
