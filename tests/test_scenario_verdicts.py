@@ -45,7 +45,7 @@ def test_verdict(name: str, scenario_run) -> None:
     assert verdict.cause == expect["cause"], f"{name}: {verdict.summary}\n{found}"
     if expect.get("ranks"):
         assert verdict.ranks == expect["ranks"], f"{name}: {verdict.summary}"
-    for key in ("frame", "op", "host", "signal"):
+    for key in ("frame", "site", "op", "host", "signal"):
         if key in expect:
             assert expect[key] in verdict.summary, f"{name}: {key} {expect[key]!r} not in " \
                                                    f"{verdict.summary!r}"

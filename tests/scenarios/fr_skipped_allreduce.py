@@ -30,7 +30,8 @@ LAUNCH = {
 EXPECT = {
     "cause": "collective_mismatch",
     "ranks": [1],
-    "frame": "fr_skipped_allreduce.py:80",
+    "frame": "validate",
+    "site": "fr_skipped_allreduce.py:81",
     "fr_seq": 6,
     "fr_pending": 9,
     "notes": "rank 1 skips the grad-norm all_reduce at step 3, so its next all_reduce (#6, the "

@@ -60,10 +60,10 @@ class CollectiveDivergence(FlightRecorderRule):
             d = g.divergence
             if d is None:
                 continue
-            yield self._finding(report, g, d)
+            yield self._finding(job, report, g, d)
 
-    def _finding(self, report: collectives.CollectiveReport, g: collectives.GroupTimeline,
-                 d: collectives.Divergence) -> Finding:
+    def _finding(self, job: Job, report: collectives.CollectiveReport,
+                 g: collectives.GroupTimeline, d: collectives.Divergence) -> Finding:
         odd, usual = d.summary()
         who = collectives.rank_list(d.culprits)
         others = collectives.rank_list(set(d.calls) - set(d.culprits))
@@ -81,6 +81,10 @@ class CollectiveDivergence(FlightRecorderRule):
             sign = "+" if d.shift > 0 else "-"
             summary += (f" {who[0].upper()}{who[1:]} {how} just before: from #{d.seq} on, its "
                         f"collective #n is the others' #n{sign}{abs(d.shift)}.")
+        where = collectives.where_in_stacks(job, d.culprits) if report.stuck else {}
+        if where:
+            summary += " Now " + "; ".join(f"rank {r} is {w}" for r, w in sorted(where.items())[:2])
+            summary += "."
         evidence = []
         shown = [*d.culprits[:2], *[r for r in sorted(d.calls) if r not in d.culprits][:1]]
         for r in shown:
