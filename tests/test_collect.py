@@ -42,7 +42,7 @@ from ddp_autopsy.collectors import (
 )
 from ddp_autopsy.collectors import bundle as bundle_mod
 from ddp_autopsy.collectors.command import collect_command
-from ddp_autopsy.collectors.redact import (
+from ddp_autopsy.redact import (
     MASK,
     StreamRedactor,
     is_secret_name,

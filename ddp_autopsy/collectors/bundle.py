@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from ddp_autopsy.collectors.redact import redact_obj, redact_text
+from ddp_autopsy.redact import redact_obj, redact_text
 
 SCHEMA = "ddp-autopsy/bundle/1"
 MIN_BUDGET_S = 0.001  # below this an action is not started at all

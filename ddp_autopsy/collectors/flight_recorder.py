@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ddp_autopsy.collectors.bundle import Bundle
-from ddp_autopsy.collectors.redact import redact_obj
+from ddp_autopsy.redact import redact_obj
 
 PIPE_VAR = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
 PREFIX_VARS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ddp_autopsy.collectors import procs
 from ddp_autopsy.collectors.procs import ProcSnapshot
-from ddp_autopsy.collectors.redact import redact_argv
+from ddp_autopsy.redact import redact_argv
 
 AGENT_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch"})
 # Processes below a worker that are not DataLoader workers.

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ddp_autopsy.collectors.bundle import Bundle
-from ddp_autopsy.collectors.redact import StreamRedactor
+from ddp_autopsy.redact import StreamRedactor
 
 MAX_LOG_BYTES = 64 << 20
 MAX_DIR_FILES = 2000

@@ -23,7 +23,7 @@ from typing import Any
 
 from ddp_autopsy.collectors import procs
 from ddp_autopsy.collectors.bundle import run_bounded
-from ddp_autopsy.collectors.redact import redact_argv
+from ddp_autopsy.redact import redact_argv
 
 TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1",
               "05": "FIN_WAIT2", "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT",

@@ -13,8 +13,8 @@ from typing import Any
 from ddp_autopsy.collectors import procs, pyspy
 from ddp_autopsy.collectors.bundle import ERROR, EXITED, OK, SKIPPED, TIMEOUT, Bundle
 from ddp_autopsy.collectors.jobs import Member
-from ddp_autopsy.collectors.redact import redact_argv, redact_env
 from ddp_autopsy.collectors.versions import versions
+from ddp_autopsy.redact import redact_argv, redact_env
 
 
 @dataclass

@@ -35,7 +35,7 @@ from markupsafe import Markup, escape
 from ddp_autopsy import __version__
 from ddp_autopsy.analyzer import stacktree
 from ddp_autopsy.analyzer.stacktree import Node, StackTree, short_ranks
-from ddp_autopsy.collectors.redact import MASK, is_secret_name, redact_obj, redact_text
+from ddp_autopsy.redact import MASK, is_secret_name, redact_obj, redact_text
 from ddp_autopsy.reports import json_report
 from ddp_autopsy.rules.base import Evidence, Finding
 from ddp_autopsy.rules.engine import Analysis, get_rule

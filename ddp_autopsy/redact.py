@@ -1,4 +1,4 @@
-"""Redaction of secrets at collection time: everything the bundle holds passes through here.
+"""Redaction of secrets: everything a bundle holds, and every report, passes through here.
 
 Three layers, applied to environments, command lines, py-spy output and copied logs:
 
