@@ -38,6 +38,7 @@ from ddp_autopsy.collectors import (
     jobs,
     logs,
     network,
+    pyspy,
     versions,
 )
 from ddp_autopsy.collectors import bundle as bundle_mod
@@ -594,7 +595,11 @@ def test_mp_spawn_job_roles(hung: SimpleNamespace, tmp_path: Path) -> None:
     workers = sorted((p for p in procs.values() if p["role"] == "worker"),
                      key=lambda p: p["spawn_index"])
     assert [w["spawn_index"] for w in workers] == [0, 1]
-    assert [w["pid"] for w in workers] == sorted(hung.spawn.ranks.values())
+    # The index each child got from mp.spawn (read from its _wrap frame), not its pid order.
+    assert [w["pid"] for w in workers] == [hung.spawn.ranks[0], hung.spawn.ranks[1]]
+    assert {w["spawn_index_source"] for w in workers} == {"py-spy locals"}
+    index_reads = [a for a in m["actions"] if a["name"] == "mp.spawn index (py-spy --locals)"]
+    assert len(index_reads) == 2 and not any(a.get("path") for a in index_reads)
     assert all(w["rank"] is None for w in workers)  # no RANK env: never guessed
     evaluating = [w for w in workers if "evaluate" in frame_names(main_thread(
         json.loads((tmp_path / "b" / w["stack"]).read_text()), w["pid"]))]
@@ -749,3 +754,17 @@ def test_sibling_ranks_under_a_shell_form_one_job(tmp_path: Path) -> None:
     finally:
         h.kill_tree(shell.pid)
         shell.wait(timeout=10)
+
+
+def test_spawn_index_is_read_only_from_torchs_wrap_frame() -> None:
+    def doc(name: str, filename: str, i: str) -> list[dict[str, object]]:
+        return [{"thread_name": "MainThread", "frames": [
+            {"name": "work", "filename": "/job/train.py", "locals": [{"name": "i", "repr": "7"}]},
+            {"name": name, "filename": filename, "locals": [
+                {"name": "fn", "repr": "<function at 0x1>"}, {"name": "i", "repr": i}]}]}]
+
+    wrap = "/venv/lib/python3.11/site-packages/torch/multiprocessing/spawn.py"
+    assert pyspy.spawn_index_from_dump(doc("_wrap", wrap, "3")) == 3
+    assert pyspy.spawn_index_from_dump(doc("_wrap", "/job/mine.py", "3")) is None
+    assert pyspy.spawn_index_from_dump(doc("_wrap", wrap, "<unavailable>")) is None
+    assert pyspy.spawn_index_from_dump({"not": "a dump"}) is None

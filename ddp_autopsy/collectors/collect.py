@@ -20,7 +20,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -181,6 +181,27 @@ class _Collection:
         started = time.time()
         return fr, flight_recorder.trigger(self.bundle, fr, step_timeout=self.step), started
 
+    def read_spawn_indexes(self, pool: ThreadPoolExecutor) -> None:
+        """mp.spawn children: discovery numbered them in pid order; the index mp.spawn really
+        gave each one is the ``i`` of its ``_wrap`` frame (after the stack dumps: one py-spy
+        at a time per process)."""
+        kids = [p for p in self.procs.values() if p.member.spawn_index is not None
+                and p.stack is not None and p.stack.status == OK]
+        if not kids or self.pyspy_exe is None:
+            return
+        exe, b = self.pyspy_exe, self.bundle
+        futs = {p.member.pid: pool.submit(
+            b.probe, "mp.spawn index (py-spy --locals)",
+            lambda pid=p.member.pid: pyspy.read_spawn_index(exe, pid, self.step),
+            target=f"pid {p.member.pid}", step_timeout=self.step, grace_s=1.0) for p in kids}
+        found = {pid: o.value for pid, f in futs.items()
+                 if (o := f.result()) is not None and o.done and o.error is None
+                 and o.value is not None}
+        if len(found) == len(kids) and len(set(found.values())) == len(found):
+            for p in kids:
+                p.member = replace(p.member, spawn_index=found[p.member.pid],
+                                   spawn_index_source="py-spy locals")
+
     def sample(self, pool: ThreadPoolExecutor) -> None:
         """Stacks, host commands and endpoint probes, all at once."""
         b, step = self.bundle, self.step
@@ -192,6 +213,7 @@ class _Collection:
                   for ep in _endpoints(self.job, self.procs)]
         for pid, fut in stacks.items():
             self.procs[pid].stack = fut.result()
+        self.read_spawn_indexes(pool)
         b.write_json("network/probe.json", [r for r in (f.result() for f in probes) if r])
         b.manifest["network"] = "network/probe.json"
         workers = sorted((p for p in self.procs.values() if p.member.role == "worker"
@@ -261,6 +283,7 @@ def _process_entry(m: Member, proc: ProcessRecord | None) -> dict[str, Any]:
     return {
         "pid": m.pid, "ppid": m.ppid, "role": m.role, "rank": m.rank,
         "local_rank": m.local_rank, "world_size": m.world_size, "spawn_index": m.spawn_index,
+        "spawn_index_source": m.spawn_index_source,
         "worker_pid": m.worker_pid, "cmdline": info.get("cmdline"),
         "info": f"processes/{m.pid}/info.json" if proc else None,
         "stack": stack.json_path if stack else None,

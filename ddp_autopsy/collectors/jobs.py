@@ -46,7 +46,8 @@ class Member:
     rank_source: str | None = None  # "RANK" | "SLURM_PROCID" | None
     local_rank: int | None = None
     world_size: int | None = None
-    spawn_index: int | None = None  # mp.spawn children only: index in pid order, not a rank
+    spawn_index: int | None = None  # mp.spawn children only: their process index, not a rank
+    spawn_index_source: str | None = None  # "pid order" (discovery) | "py-spy locals" (collect)
     worker_pid: int | None = None  # dataloader: the worker it belongs to
 
 
@@ -197,6 +198,7 @@ def _classify(table: dict[int, ProcSnapshot], children: dict[int, list[int]],
             pid=pid, ppid=snap.ppid, role=role, rank=rank, rank_source=rank_source,
             local_rank=_int(env.get("LOCAL_RANK")), world_size=_int(env.get("WORLD_SIZE")),
             spawn_index=spawn_index.get(pid) if role == "worker" else None,
+            spawn_index_source="pid order" if role == "worker" and pid in spawn_index else None,
             worker_pid=worker_above))
         below = pid if role == "worker" else worker_above
         stack.extend((c, below, role) for c in reversed(children.get(pid, [])) if c in table)

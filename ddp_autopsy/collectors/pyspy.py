@@ -18,9 +18,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ddp_autopsy.collectors import procs
 from ddp_autopsy.collectors.bundle import (
@@ -61,6 +63,34 @@ def dump_argv(pyspy: str, pid: int, *, as_json: bool, native: bool) -> list[str]
         argv.append("--json")
     argv.append("--native" if native else "--nonblocking")
     return argv
+
+
+SPAWN_WRAP = ("_wrap", "multiprocessing/spawn.py")
+
+
+def spawn_index_from_dump(threads: Any) -> int | None:
+    """The ``i`` argument of torch's ``mp.spawn`` entry frame ``_wrap(fn, i, args, …)`` in a
+    ``py-spy dump --locals --json`` document (the index mp.spawn gave this child)."""
+    for thread in threads if isinstance(threads, list) else []:
+        for frame in thread.get("frames") or []:
+            if frame.get("name") != SPAWN_WRAP[0] or \
+                    not str(frame.get("filename", "")).endswith(SPAWN_WRAP[1]):
+                continue
+            for local in frame.get("locals") or []:
+                if local.get("name") == "i" and str(local.get("repr", "")).isdigit():
+                    return int(local["repr"])
+    return None
+
+
+def read_spawn_index(pyspy: str, pid: int, timeout: float) -> int | None:
+    """The mp.spawn index of ``pid`` from its locals, without stopping it. Only that number is
+    kept: the other locals (which may hold anything) are never written anywhere."""
+    argv = [pyspy, "dump", "--pid", str(pid), "--locals", "--json", "--nonblocking"]
+    out = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
+    try:
+        return spawn_index_from_dump(json.loads(out.stdout))
+    except ValueError:
+        return None
 
 
 def classify(result: CommandResult, pid: int) -> tuple[str, str | None]:
