@@ -26,7 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from ddp_autopsy import __version__
-from ddp_autopsy.collectors import flight_recorder, host, logs, network, procs, pyspy, summaries
+from ddp_autopsy.collectors import (
+    flight_recorder,
+    host,
+    init_file,
+    logs,
+    network,
+    procs,
+    pyspy,
+    summaries,
+)
 from ddp_autopsy.collectors.bundle import (
     ERROR,
     EXITED,
@@ -202,6 +211,20 @@ class _Collection:
                 p.member = replace(p.member, spawn_index=found[p.member.pid],
                                    spawn_index_source="py-spy locals")
 
+    def read_init_files(self) -> None:
+        """The ``file://`` rendezvous files named in the workers' arguments or environment."""
+        workers = [p for p in self.procs.values() if p.member.role == "worker"]
+        paths = init_file.urls_in([*(a for p in workers for a in p.info.get("cmdline") or []),
+                                   *(v for p in workers for v in (p.env or {}).values())])
+        found = []
+        for path in paths[:4]:
+            read = self.bundle.probe("read init file", lambda p=path: init_file.read_store(p),
+                                     target=path, step_timeout=self.step)
+            if read and read.done and read.error is None:
+                found.append({**read.value, "local_users": len(workers)})
+        if found:
+            self.bundle.manifest["init_files"] = found
+
     def sample(self, pool: ThreadPoolExecutor) -> None:
         """Stacks, host commands and endpoint probes, all at once."""
         b, step = self.bundle, self.step
@@ -214,6 +237,7 @@ class _Collection:
         for pid, fut in stacks.items():
             self.procs[pid].stack = fut.result()
         self.read_spawn_indexes(pool)
+        self.read_init_files()
         b.write_json("network/probe.json", [r for r in (f.result() for f in probes) if r])
         b.manifest["network"] = "network/probe.json"
         workers = sorted((p for p in self.procs.values() if p.member.role == "worker"
