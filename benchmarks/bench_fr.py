@@ -11,6 +11,7 @@ skipped the last one. Then times, in fresh processes:
 
     python benchmarks/bench_fr.py --ranks 1024 --entries 2000
     python benchmarks/bench_fr.py --ranks 4096 --entries 2000 --fr-trace-timeout 3600
+    python benchmarks/bench_fr.py --ranks 1024 --no-fr-trace --breakdown 300   # ms per step
 
 Figures are in docs/performance.md (section "Flight Recorder").
 """
@@ -107,6 +108,43 @@ print(json.dumps({"read_s": round(t1 - t0, 2), "analyze_s": round(t2 - t1, 2),
 """
 
 
+BREAKDOWN = r"""
+import gc, glob, json, statistics, sys, time
+from ddp_autopsy.analyzer import flight_recorder as fr
+paths = sorted(glob.glob(sys.argv[1] + "/nccl_trace_rank_*"))[: int(sys.argv[2])]
+steps = {"read file": [], "unpickle": [], "entries -> columns": [], "free": [], "total": []}
+keep = []
+T = time.process_time_ns  # CPU time: other work on the machine does not inflate it
+for p in paths:
+    t0 = T()
+    with open(p, "rb") as fh:
+        data = fh.read()
+    t1 = T()
+    gc.disable()
+    dump = fr.FRDump(source=p, rank=fr.dump_identity(p)[0], host=None, format="pickle",
+                     status="ok")
+    obj = fr.unpickle_plain(data)
+    t2 = T()
+    fr._fill(dump, obj)
+    t3 = T()
+    del obj, data
+    t4 = T()
+    gc.enable()
+    keep.append(dump)  # kept, as read_paths keeps them: their memory is new each time
+    for k, a, b in (("read file", t0, t1), ("unpickle", t1, t2), ("entries -> columns", t2, t3),
+                    ("free", t3, t4), ("total", t0, t4)):
+        steps[k].append((b - a) / 1e6)
+print(json.dumps({k: round(statistics.median(v), 2) for k, v in steps.items()}))
+"""
+
+
+def run_breakdown(directory: Path, dumps: int) -> dict[str, Any]:
+    """Median CPU milliseconds per dump for each step of reading."""
+    out = subprocess.run([sys.executable, "-c", BREAKDOWN, str(directory), str(dumps)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def run_ours(directory: Path) -> dict[str, Any]:
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", OURS, str(directory)],
@@ -151,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-fr-trace", action="store_true")
     ap.add_argument("--fr-trace-timeout", type=float, default=3600)
     ap.add_argument("--fr-trace-max-gb", type=float, default=17)
+    ap.add_argument("--breakdown", type=int, default=0, metavar="N",
+                    help="also time each step of reading for the first N dumps (ms per dump)")
     args = ap.parse_args(argv)
     base = args.dir or Path(tempfile.mkdtemp(prefix="bench_fr_"))
     results = []
@@ -164,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             row: dict[str, Any] = {"ranks": ranks, "entries": args.entries, "culprit": culprit,
                                    "bytes": size, "generate_s": round(time.perf_counter() - t)}
             row["ours"] = run_ours(d)
+            if args.breakdown:
+                row["breakdown_ms"] = run_breakdown(d, args.breakdown)
             if not args.no_fr_trace:
                 row["fr_trace"] = run_fr_trace(d, args.fr_trace_timeout, args.fr_trace_max_gb)
             print(json.dumps(row), flush=True)

@@ -190,6 +190,45 @@ def test_json_without_entries_key_is_an_empty_dump_of_a_rank() -> None:
     assert d.status == "ok" and d.rank == 5 and d.entries.height == 0
 
 
+def test_columns_follow_every_entry_when_neighbours_differ() -> None:
+    """Values are parsed once per run of equal neighbours: each entry still gets its own."""
+    sizes = [[[4]], [[4]], [[8, 2]], [[4]], [[8, 2]], [[8, 2]]]
+    lines = [41, 42, 42, 41, 41, 43]
+    ops = ["all_reduce", "all_reduce", "broadcast", "all_reduce", "send 0->3", "all_reduce"]
+    dtypes = ["Float", "Half", "Half", "Float", "Float", "BFloat16"]
+    entries = [nccl_entry(i + 1, op=op, sizes=sz, line=ln, dtype=dt, p2p=op.startswith("send"),
+                          pg=("0", "default_pg") if i < 3 else ("1", "tp"), pg_id=int(i >= 3))
+               for i, (sz, ln, op, dt) in enumerate(zip(sizes, lines, ops, dtypes, strict=True))]
+    shared = entries[0]["frames"]  # torch's pickler shares frame dicts between entries
+    entries[1]["frames"] = [*shared[:2], {**shared[2], "line": 42}, shared[3]]
+    entries[2]["frames"] = entries[1]["frames"][:]
+    entries[3]["duration_ms"] = 2.5  # only some entries carry it (timing builds)
+    df = fr.read_dump(nccl_dump(entries), "x/nccl_trace_rank_0").entries
+    assert df["input_sizes"].to_list() == ["[[4]]", "[[4]]", "[[8, 2]]", "[[4]]", "[[8, 2]]",
+                                           "[[8, 2]]"]
+    assert df["site_line"].to_list() == lines
+    assert df["op"].to_list() == ["all_reduce", "all_reduce", "broadcast", "all_reduce", "send",
+                                  "all_reduce"]
+    assert df["peer"].to_list() == [None, None, None, None, 3, None]
+    assert df["input_dtypes"].to_list() == dtypes
+    assert df["pg_name"].to_list() == ["0"] * 3 + ["1"] * 3
+    assert df["pg_id"].to_list() == [0] * 3 + [1] * 3
+    assert df["duration_ms"].to_list() == [None, None, None, 2.5, None, None]
+    # entry 2 (a broadcast) was given entry 1's stack
+    assert df["api"].to_list() == ["all_reduce"] * 4 + ["send", "all_reduce"]
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_plain_unpickler_reads_what_pickle_reads(protocol: int) -> None:
+    value = {"entries": [{"k": i, "s": f"line {i}\n", "f": i / 3, "t": (i, None, True)}
+                         for i in range(3000)], "big": "x" * 300_000, "n": -(2**70)}
+    data = pickle.dumps(value, protocol=protocol)
+    assert fr.unpickle_plain(data) == value
+    for cut in (7, len(data) // 2, len(data) - 1):
+        with pytest.raises((pickle.UnpicklingError, EOFError)):
+            fr.unpickle_plain(data[:cut])
+
+
 # --------------------------------------------------------------------------- real dumps
 
 
@@ -250,6 +289,9 @@ def test_broken_files_are_findings_not_crashes() -> None:
         "list of junk": pickle.dumps({"version": "2.10", "entries": [1, "x", None]}, protocol=2),
         "deep": b"[" * 100_000 + b"]" * 100_000,
         "not entries": pickle.dumps([1, 2, 3], protocol=2),
+        # values no column can hold: text that is not UTF-8, a number beyond 64 bits
+        "surrogate": nccl_dump([{**nccl_entry(1), "state": "done\ud800"}]),
+        "huge peer": nccl_dump([nccl_entry(1, op="send 0->" + "9" * 5000, p2p=True)]),
     }
     statuses = {}
     for what, data in cases.items():
@@ -267,6 +309,9 @@ def test_broken_files_are_findings_not_crashes() -> None:
     assert fr.read_dump(cases["list of junk"], "x").skipped_entries == 3
     assert statuses["deep"] == "corrupt"
     assert statuses["not entries"] == "not_a_dump"
+    assert statuses["surrogate"] == "corrupt"
+    assert statuses["huge peer"] == "ok"
+    assert fr.read_dump(cases["huge peer"], "x").entries["peer"].to_list() == [None]
 
 
 @settings(max_examples=150, deadline=None)
@@ -366,3 +411,30 @@ def test_job_load_reads_dumps_next_to_logs(tmp_path: Path) -> None:
     assert any("rank 2" in n.message and "empty" in n.message for n in job.notes)
     assert not any(n.path.endswith("nccl_trace_rank_0") for n in job.notes)
     assert job.events.height == 0  # dumps are not read as logs
+
+
+SELF_REFERENCE = r"""
+import pickle, sys
+from ddp_autopsy.analyzer import flight_recorder as fr
+data = next(iter(fr.example_dumps("rank 0: #1 all_reduce [[4]] Float completed | "
+                                  "#2 all_reduce [[4]] Float started").values()))
+for key in pickle.loads(data)["entries"][0]:
+    for shape in ("itself", "in a list"):
+        top = pickle.loads(data)
+        entry = top["entries"][0]
+        entry[key] = entry if shape == "itself" else [entry]
+        dump = fr.read_dump(pickle.dumps(top, protocol=2), f"{key} {shape}", rank=0)
+        fr.build_frames([dump])
+        print(key, shape, dump.status)
+"""
+
+
+def test_a_value_that_contains_itself_is_read_not_crashed_on() -> None:
+    """A crafted pickle can make an entry's field hold the entry: polars would recurse into it
+    until the process dies (a segfault, not an exception), so the reader must keep containers
+    away from it. Run in a child process so that a regression fails this test, not the run."""
+    proc = subprocess.run([sys.executable, "-c", SELF_REFERENCE], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    statuses = {line.rsplit(" ", 1)[1] for line in proc.stdout.splitlines()}
+    assert statuses <= {"ok", "corrupt"} and len(proc.stdout.splitlines()) >= 30

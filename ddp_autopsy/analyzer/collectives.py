@@ -340,13 +340,17 @@ def _prepare(coll: pl.DataFrame) -> pl.DataFrame:
     (tracked: state ``completed``; Gloo: ``retired``)."""
     if coll.height == 0:
         return coll
-    coll = coll.filter(pl.col("rank").is_not_null() & pl.col("collective_seq_id").is_not_null()
-                       & ~pl.col("is_p2p").fill_null(False))
-    tracking = coll.filter(pl.col("state").is_in(["started", "completed"]))["rank"].unique()
+    keep = (pl.col("rank").is_not_null() & pl.col("collective_seq_id").is_not_null()
+            & ~pl.col("is_p2p").fill_null(False))
+    if coll.select(keep.sum()).item() < coll.height:  # filtering copies every column
+        coll = coll.filter(keep)
+    tracking = coll.select(pl.col("rank").filter(pl.col("state").is_in(["started", "completed"]))
+                           .unique())["rank"]
     tracks = pl.col("rank").is_in(tracking.to_list())
+    group = pl.col("pg_name") if coll["pg_name"].null_count() == 0 else pl.coalesce(
+        "pg_name", pl.format("id{}", pl.col("pg_id").cast(pl.String)), pl.lit("?"))
     return coll.with_columns(
-        pl.coalesce("pg_name", pl.format("id{}", pl.col("pg_id").cast(pl.String)),
-                    pl.lit("?")).alias("_g"),
+        group.alias("_g"),
         tracks.alias("_tracks"),
         pl.when(tracks).then(pl.col("state") == "completed")
         .otherwise(pl.col("retired").fill_null(False)).alias("_finished"),
@@ -357,18 +361,22 @@ def _fr_groups(coll: pl.DataFrame, frames: FRFrames, dumped: dict[int, str],
                world_size: int | None, groups: dict[str, GroupTimeline]) -> None:
     status = _status_by_group(frames.groups)
     config = _config_by_group(frames.groups)
-    max_rank = max([*dumped, *coll["rank"].unique().to_list()], default=-1)
+    max_rank = max([*dumped, coll["rank"].max()], default=-1)  # type: ignore[type-var]
     world = max(world_size or 0, max_rank + 1)
 
-    per_rank = (coll.select("_g", "rank", "collective_seq_id", "_finished", "source", "host",
-                            "pg_desc", "pg_id").group_by("_g", "rank").agg(
+    # One group (the usual case): grouping by rank alone is ~2x faster than by (name, rank).
+    single = bool((coll["_g"] == coll["_g"][0]).all())
+    per_rank = coll.select("_g", "rank", "collective_seq_id", "_finished", "source", "host",
+                           "pg_desc", "pg_id").group_by(["rank"] if single else ["_g", "rank"]).agg(
         pl.col("collective_seq_id").max().alias("last_issued"),
         pl.col("collective_seq_id").filter(pl.col("_finished")).max().alias("last_finished"),
         pl.col("collective_seq_id").filter(~pl.col("_finished")).min().alias("first_pending"),
         pl.col("source").first(), pl.col("host").drop_nulls().first(),
         pl.col("pg_desc").drop_nulls().first().alias("desc"),
         pl.col("pg_id").drop_nulls().first().alias("pg_id"),
-    ))
+    )
+    if single:
+        per_rank = per_rank.with_columns(pl.lit(coll["_g"][0], pl.String).alias("_g"))
     for gname, sub in per_rank.group_by("_g", maintain_order=True):
         name = str(gname[0])
         desc = next((d for d in sub["desc"].to_list() if d), None)
@@ -401,7 +409,7 @@ def _fr_groups(coll: pl.DataFrame, frames: FRFrames, dumped: dict[int, str],
                 else:
                     g.no_dump.append(r)
         groups[name] = g
-    _frontier(coll, groups)
+    _frontier(coll, groups, per_rank)
     _divergence(coll, groups)
 
 
@@ -409,9 +417,10 @@ def _status_by_group(groups: pl.DataFrame) -> dict[tuple[str, int], tuple[int | 
     out: dict[tuple[str, int], tuple[int | None, int | None]] = {}
     if groups.height == 0:
         return out
-    for row in groups.filter(pl.col("pg_name").is_not_null() & pl.col("rank").is_not_null()) \
-            .iter_rows(named=True):
-        out[(row["pg_name"], row["rank"])] = (row["last_enqueued"], row["last_completed"])
+    for name, rank, enqueued, completed in groups.filter(
+            pl.col("pg_name").is_not_null() & pl.col("rank").is_not_null()).select(
+            "pg_name", "rank", "last_enqueued", "last_completed").iter_rows():
+        out[(name, rank)] = (enqueued, completed)
     return out
 
 
@@ -421,13 +430,28 @@ def _config_by_group(groups: pl.DataFrame) -> dict[str, list[int]]:
     if groups.height == 0:
         return out
     rows = groups.filter(pl.col("pg_name").is_not_null() & pl.col("members").is_not_null()
-                         & (pl.col("members").list.len() > 0))
-    votes: dict[str, Counter[tuple[int, ...]]] = defaultdict(Counter)
-    for name, members in rows.select("pg_name", "members").iter_rows():
-        votes[name][tuple(members)] += 1
-    for name, counter in votes.items():
-        out[name] = list(counter.most_common(1)[0][0])
+                         & (pl.col("members").list.len() > 0)).select("pg_name", "members")
+    # Usually every rank's pg_config says the same: checked in polars (4,096 ranks: 4,096
+    # lists of 4,096 members, too many to turn into Python objects or hash).
+    agree = rows.group_by("pg_name", maintain_order=True).agg(
+        (pl.col("members") == pl.col("members").first()).all().alias("same"),
+        pl.col("members").first())
+    for name, same, members in agree.iter_rows():
+        if same:
+            out[name] = members
+            continue
+        votes: Counter[tuple[int, ...]] = Counter()
+        for (m,) in rows.filter(pl.col("pg_name") == name).select("members").iter_rows():
+            votes[tuple(m)] += 1
+        out[name] = list(votes.most_common(1)[0][0])
     return out
+
+
+#: What :func:`_call` reads (rows are converted to Python with only these columns).
+_CALL_COLUMNS = ("_g", "rank", "collective_seq_id", "op", "input_sizes", "input_dtypes",
+                 "output_sizes", "output_dtypes", "state", "_tracks", "_finished",
+                 "time_created", "timeout_ms", "api", "site_func", "site_file", "site_line",
+                 "source", "host")
 
 
 def _call(row: dict[str, Any]) -> Call:
@@ -444,7 +468,8 @@ def _call(row: dict[str, Any]) -> Call:
         host=row["host"])
 
 
-def _frontier(coll: pl.DataFrame, groups: dict[str, GroupTimeline]) -> None:
+def _frontier(coll: pl.DataFrame, groups: dict[str, GroupTimeline],
+              per_rank: pl.DataFrame) -> None:
     """Stuck collective, waiting and never-joined ranks, pending and last calls, laggards."""
     wanted: dict[str, set[int]] = {}
     for g in groups.values():
@@ -477,14 +502,18 @@ def _frontier(coll: pl.DataFrame, groups: dict[str, GroupTimeline]) -> None:
         if g.stuck_at is not None:
             want.add(g.stuck_at)
         wanted[g.name] = {w for w in want if w is not None}
-    # Pending (oldest unfinished) and last calls per rank, and every call at the stuck seq.
-    marks = coll.select("_g", "rank", "collective_seq_id", "_finished").group_by("_g", "rank").agg(
-        pl.col("collective_seq_id").max().alias("_last"),
-        pl.col("collective_seq_id").filter(~pl.col("_finished")).min().alias("_pend"))
-    pend = (coll.join(marks.drop_nulls("_pend"), left_on=["_g", "rank", "collective_seq_id"],
+    # Pending (oldest unfinished) and last calls per rank, and every call at the stuck seq; the
+    # few sequence numbers involved are picked out first (joining all entries is ~20x slower).
+    marks = per_rank.select("_g", "rank", pl.col("last_issued").alias("_last"),
+                            pl.col("first_pending").alias("_pend"))
+    seqs = {*marks["_last"].drop_nulls(), *marks["_pend"].drop_nulls(),
+            *(s for w in wanted.values() for s in w)}
+    near = coll.filter(pl.col("collective_seq_id").is_in(sorted(seqs))) \
+        .select(*_CALL_COLUMNS, "record_id")
+    pend = (near.join(marks.drop_nulls("_pend"), left_on=["_g", "rank", "collective_seq_id"],
                       right_on=["_g", "rank", "_pend"]).filter(~pl.col("_finished"))
             .sort("record_id").unique(["_g", "rank"], keep="first"))
-    last = (coll.join(marks, left_on=["_g", "rank", "collective_seq_id"],
+    last = (near.join(marks, left_on=["_g", "rank", "collective_seq_id"],
                       right_on=["_g", "rank", "_last"])
             .sort("record_id").unique(["_g", "rank"], keep="last"))
     for row in pend.iter_rows(named=True):
@@ -497,7 +526,7 @@ def _frontier(coll: pl.DataFrame, groups: dict[str, GroupTimeline]) -> None:
             g.ranks[row["rank"]].last = _call(row)
     keys = pl.DataFrame([(n, s) for n, seqs in wanted.items() for s in seqs],
                         schema={"_g": pl.String, "collective_seq_id": pl.Int64}, orient="row")
-    at = coll.join(keys, on=["_g", "collective_seq_id"], how="semi")
+    at = near.join(keys, on=["_g", "collective_seq_id"], how="semi")
     for row in at.iter_rows(named=True):
         g = groups[row["_g"]]
         g._calls.setdefault(row["collective_seq_id"], {})[row["rank"]] = _call(row)
@@ -545,28 +574,45 @@ def _aspect_value(call: Call, aspect: str, *, exact: bool = True) -> str | None:
     return call.site_path if exact else call.site
 
 
-def _divergence(coll: pl.DataFrame, groups: dict[str, GroupTimeline]) -> None:
-    """First sequence number per group where the ranks' records disagree (vectorised)."""
+_ASPECTS = ("op", "sizes", "dtypes", "call site")
+
+
+def _aspect_hashes() -> list[pl.Expr]:
+    """One 64-bit hash per aspect of a record (sizes: 0 where they may differ)."""
     uneven = pl.col("op").is_in(list(UNEVEN_SIZES))
-    aspects = ("op", "sizes", "dtypes", "call site")
-    # Each aspect hashed once (64-bit), then "does it vary within the collective" per group.
-    hashed = coll.select(
-        "_g", "collective_seq_id",
+    return [
         pl.col("op").hash().alias("op"),
         pl.when(uneven).then(pl.lit(0, pl.UInt64))
         .otherwise(pl.struct("input_sizes", "output_sizes").hash()).alias("sizes"),
         pl.struct("input_dtypes", "output_dtypes").hash().alias("dtypes"),
         pl.struct("site_file", "site_line").hash().alias("call site"),
-        pl.col("site_line").is_null().alias("_site_null"),
-    )
-    per_seq = hashed.group_by("_g", "collective_seq_id").agg(
-        pl.len().alias("n"),
-        *[(pl.col(a).min() != pl.col(a).max()).alias(f"v_{a}") for a in aspects],
-        pl.col("_site_null").sum().alias("site_nulls"),
-    ).filter(pl.col("n") >= 2)
-    differs = per_seq.filter(
-        pl.col("v_op") | pl.col("v_sizes") | pl.col("v_dtypes")
-        | (pl.col("v_call site") & (pl.col("site_nulls") == 0)))
+    ]
+
+
+def _divergence(coll: pl.DataFrame, groups: dict[str, GroupTimeline]) -> None:
+    """First sequence number per group where the ranks' records disagree (vectorised)."""
+    # Two hashes per record — what ranks must agree on (op, sizes, dtypes), and the call site —
+    # then "does it vary within the collective" per group; the aspect is looked up only at the
+    # first collective that varies.
+    even = ~pl.col("op").is_in(list(UNEVEN_SIZES)).fill_null(False)  # as in _aspect_hashes
+    hashed = coll.select(
+        "_g", "collective_seq_id",
+        pl.struct("op", pl.when(even).then(pl.col("input_sizes")).alias("i"),
+                  pl.when(even).then(pl.col("output_sizes")).alias("o"),
+                  "input_dtypes", "output_dtypes").hash().alias("_same"),
+        pl.struct("site_file", "site_line").hash().alias("call site"),
+        pl.col("site_line").is_null().alias("_site_null"))
+    aggs = [pl.len().alias("n"),
+            (pl.col("_same").min() != pl.col("_same").max()).alias("v_same"),
+            (pl.col("call site").min() != pl.col("call site").max()).alias("v_site"),
+            pl.col("_site_null").sum().alias("site_nulls")]
+    if len(groups) == 1:  # the usual case: an integer key groups ~2x faster than (name, number)
+        per_seq = hashed.group_by("collective_seq_id").agg(*aggs) \
+            .with_columns(pl.lit(next(iter(groups)), pl.String).alias("_g"))
+    else:
+        per_seq = hashed.group_by("_g", "collective_seq_id").agg(*aggs)
+    per_seq = per_seq.filter(pl.col("n") >= 2)
+    differs = per_seq.filter(pl.col("v_same") | (pl.col("v_site") & (pl.col("site_nulls") == 0)))
     if differs.height == 0:
         return
     first = differs.sort("collective_seq_id").group_by("_g").first()
@@ -575,9 +621,10 @@ def _divergence(coll: pl.DataFrame, groups: dict[str, GroupTimeline]) -> None:
         if g is None:
             continue
         seq = row["collective_seq_id"]
-        aspect = next(a for a in aspects if row[f"v_{a}"])
         rows = coll.filter((pl.col("_g") == row["_g"]) & (pl.col("collective_seq_id") == seq))
-        calls = {r["rank"]: _call(r) for r in rows.iter_rows(named=True)}
+        varies = rows.select((h.min() != h.max()) for h in _aspect_hashes()).row(0, named=True)
+        aspect = next((a for a in _ASPECTS if varies[a]), "call site")
+        calls = {r["rank"]: _call(r) for r in rows.select(_CALL_COLUMNS).iter_rows(named=True)}
         values = {r: _aspect_value(c, aspect) or "?" for r, c in calls.items()}
         counts = Counter(values.values())
         (top, n), *rest = counts.most_common()
@@ -747,10 +794,11 @@ def _stuck_evidence(report: CollectiveReport, coll: pl.DataFrame, frames: FRFram
     if stacks_waiting:
         why.append(f"stack dumps show {len(stacks_waiting)} rank(s) waiting in a collective")
     if coll.height:
-        timed_out = coll.filter(pl.col("_tracks") & pl.col("retired").fill_null(False)
-                                & ~pl.col("_finished"))
-        if timed_out.height:
-            ranks = sorted(timed_out["rank"].unique().to_list())
+        timed_out = coll.select(pl.col("rank").filter(
+            pl.col("_tracks") & pl.col("retired").fill_null(False) & ~pl.col("_finished")
+        ).unique())["rank"]
+        if timed_out.len():
+            ranks = sorted(timed_out.to_list())
             why.append(f"the Flight Recorder marks collectives timed out on {len(ranks)} "
                        "rank(s)")
     dumped_at = frames.dumps["dumped_at"].drop_nulls() if frames.dumps.height \

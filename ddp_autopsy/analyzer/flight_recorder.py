@@ -60,15 +60,15 @@ True
 from __future__ import annotations
 
 import gc
-import io
 import json
+import os
 import pickle
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from itertools import repeat
-from operator import itemgetter
+from itertools import accumulate, compress, islice
+from operator import itemgetter, ne
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -110,6 +110,9 @@ GROUPS_SCHEMA: dict[str, Any] = {
     "last_started": pl.Int64, "last_completed": pl.Int64,
 }
 _NS_COLUMNS = ("time_created", "time_started", "time_completed")
+_NS_KEYS = ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns")
+#: Built once: a frame with a schema costs ~0.15 ms, a clone ~1 µs.
+_EMPTY_ENTRIES = pl.DataFrame(schema=COLLECTIVES_SCHEMA)
 
 
 class FRDumpError(ValueError):
@@ -132,11 +135,40 @@ class _PlainDataUnpickler(pickle.Unpickler):
         raise FRDumpError("unsafe", "refused a persistent id: not a Flight Recorder dump")
 
 
+class _Whole:
+    """A read-only stream over a buffer whose ``peek`` hands the C unpickler everything left,
+    so that it parses straight from memory as ``pickle.loads`` does (a ``BytesIO`` costs a
+    call per opcode; a ``BufferedReader`` still ~20% more)."""
+
+    __slots__ = ("_data", "_pos", "_raw")
+
+    def __init__(self, data: bytes) -> None:
+        self._raw = data if isinstance(data, bytes | bytearray) else bytes(data)
+        self._data = memoryview(self._raw)
+        self._pos = 0
+
+    def peek(self, n: int = 0) -> memoryview:
+        return self._data[self._pos:]
+
+    def read(self, n: int | None = -1) -> memoryview:
+        end = len(self._data) if n is None or n < 0 else min(self._pos + n, len(self._data))
+        out = self._data[self._pos:end]
+        self._pos = end
+        return out
+
+    def readinto(self, buf: Any) -> int:
+        chunk = self.read(len(buf))
+        buf[:len(chunk)] = chunk
+        return len(chunk)
+
+    def readline(self) -> memoryview:
+        end = self._raw.find(b"\n", self._pos)
+        return self.read(-1 if end < 0 else end + 1 - self._pos)
+
+
 def unpickle_plain(data: bytes) -> Any:
     """Unpickle ``data`` allowing only plain data (never imports, never calls anything)."""
-    # A BufferedReader with the whole buffer keeps the C unpickler on its fast path.
-    stream = io.BufferedReader(io.BytesIO(data), buffer_size=max(len(data), 1) + 1)  # type: ignore[arg-type]
-    return _PlainDataUnpickler(stream).load()
+    return _PlainDataUnpickler(_Whole(data)).load()
 
 
 # --------------------------------------------------------------------------- recognising
@@ -218,7 +250,7 @@ class FRDump:
     bytes: int = 0
     dumped_at: datetime | None = None
     skipped_entries: int = 0
-    entries: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=COLLECTIVES_SCHEMA))
+    entries: pl.DataFrame = field(default_factory=lambda: _EMPTY_ENTRIES.clone())
     groups: list[dict[str, Any]] = field(default_factory=list)
     #: (pg_id, pg_name, pg_desc) triples seen in the entries.
     _pg_names: set[tuple[int, Any, Any]] = field(default_factory=set, repr=False)
@@ -271,6 +303,9 @@ def read_dump(data: bytes, source: str, *, rank: int | None = None, host: str | 
         dump.status, dump.error = err.status, str(err)
     except RecursionError:
         dump.status, dump.error = "corrupt", "nested too deeply to be a Flight Recorder dump"
+    except Exception as err:  # a value no column can hold, e.g. text with lone surrogates
+        dump.status, dump.error = "corrupt", f"unreadable content ({type(err).__name__}: {err})"
+        dump.entries, dump.groups = _EMPTY_ENTRIES.clone(), []
     finally:
         if gc_was_on:
             gc.enable()
@@ -323,7 +358,8 @@ def _fill(dump: FRDump, obj: Any) -> None:
     dump.version = str(version) if isinstance(version, str | int | float) else None
     lib = top.get("comm_lib_version", top.get("nccl_version"))
     dump.comm_lib_version = lib if isinstance(lib, str) and lib else None
-    entries = [e for e in raw_entries if isinstance(e, dict)]
+    entries = raw_entries if set(map(type, raw_entries)) <= {dict} else \
+        [e for e in raw_entries if isinstance(e, dict)]
     dump.skipped_entries = len(raw_entries) - len(entries)
     dump.entries = _entries_frame(entries, dump)
     dump.groups = _group_rows(top, dump)
@@ -336,8 +372,8 @@ def _int(v: Any) -> int | None:
         return v if -(1 << 63) <= v < (1 << 63) else None
     if isinstance(v, str):
         try:
-            return int(v)
-        except ValueError:
+            return _int(int(v))
+        except ValueError:  # not a number, or more digits than int() converts
             return None
     if isinstance(v, float) and v == v and abs(v) < 9e18:
         return int(v)
@@ -397,7 +433,7 @@ def _profiling(name: str | None) -> tuple[str | None, str | None, int | None]:
     if not m:
         return None, name, None
     # "send 1->2" and "recv 3<-0" both name the rank itself first and its peer second.
-    peer = int(m.group("b")) if m.group("dir") else None
+    peer = _int(m.group("b")) if m.group("dir") else None
     return m.group("backend"), m.group("op"), peer
 
 
@@ -427,40 +463,118 @@ def _site(frames: Any, cache: dict[tuple[int, ...], tuple[Any, ...]]) -> tuple[A
     return out
 
 
-#: Entry keys every dump since 2.3 carries (read in one pass); the others are optional.
+#: Entry keys every dump since 2.3 carries; the others are optional.
 _CORE_KEYS = ("record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "op_id",
               "profiling_name", "time_created_ns", "input_sizes", "input_dtypes", "output_sizes",
               "output_dtypes", "state", "time_discovered_started_ns",
               "time_discovered_completed_ns", "retired", "timeout_ms")
 _OPTIONAL_KEYS = ("is_p2p", "frames", "duration_ms", "thread_name")
-_CORE_GETTER = itemgetter(*_CORE_KEYS)
+_KEYS = (*_CORE_KEYS, *_OPTIONAL_KEYS)
 
 
-def _columns(entries: Sequence[dict[str, Any]]) -> dict[str, Sequence[Any]]:
-    """Entries transposed into columns (missing keys read as None)."""
+def _columns(entries: Sequence[dict[str, Any]]) -> dict[str, Sequence[Any] | None]:
+    """Entries transposed into columns, in one pass over the keys every entry has (missing keys
+    read as None; a column is None when no entry has the key)."""
+    n = len(entries)
+    keys = tuple(entries[0])
     try:
-        rows = zip(*map(_CORE_GETTER, entries), strict=True)
-        cols: dict[str, Sequence[Any]] = dict(zip(_CORE_KEYS, rows, strict=True))
-    except KeyError:  # an older version, or a damaged entry: key by key
-        cols = {k: [e.get(k) for e in entries] for k in _CORE_KEYS}
-    for k in _OPTIONAL_KEYS:
-        cols[k] = [e.get(k) for e in entries]
-    return cols
+        if len(keys) < 2:  # itemgetter of one key returns the bare value
+            raise KeyError
+        rows = zip(*map(itemgetter(*keys), entries), strict=True)
+    except KeyError:  # keys differ between entries (e.g. duration_ms): those all have
+        keys = tuple(k for k in set(entries[0]).intersection(*entries) if k in _KEYS)
+        rows = zip(*map(itemgetter(*keys), entries), strict=True) if len(keys) > 1 else \
+            [[e[keys[0]] for e in entries]] if keys else []
+    got: dict[str, Sequence[Any]] = dict(zip(keys, rows, strict=True))
+    # Every entry has the common keys; if they all have as many keys, none has another one.
+    only = sum(map(len, entries)) == n * len(keys)
+    return {k: got[k] if k in got else None if only else [e.get(k) for e in entries]
+            for k in _KEYS}
 
 
-def _series(name: str, values: Sequence[Any], dtype: Any) -> pl.Series:
-    """A typed column; values of another type become null (checked in Rust, fast path)."""
+#: Columns of one value, by (dtype, value): a dump's constant column is a zero-copy slice of
+#: one of these, so dumps share one buffer instead of each allocating (and page-faulting) its own.
+_REPEATS: dict[tuple[Any, Any], pl.Series] = {}
+_REPEAT_ROWS = 8192
+
+
+def _repeat(name: str, one: pl.Series, n: int) -> pl.Series:
+    """``n`` times the value of the one-value column ``one``."""
+    key = (one.dtype, one[0])  # a str, int, float, bool or None: hashable
+    s = _REPEATS.get(key)
+    if s is None or s.len() < n:
+        if n > _REPEAT_ROWS:  # bounded: at most 128 x 8,192 rows are kept
+            return one.new_from_index(0, n).alias(name)
+        if len(_REPEATS) >= 128:
+            _REPEATS.clear()
+        s = _REPEATS[key] = one.new_from_index(0, _REPEAT_ROWS)
+    return s.slice(0, n).alias(name)
+
+
+_SCALAR_TYPES = frozenset({int, float, str, bool, type(None)})
+
+
+def _one_value(values: Sequence[Any], n: int) -> bool:
+    """Whether all ``n`` values are equal (one C loop; skipped when the ends differ)."""
+    return bool(values[0] == values[-1]) and values.count(values[0]) == n
+
+
+def _series(name: str, values: Sequence[Any] | None, dtype: Any, n: int) -> pl.Series:
+    """A typed column; values of another type become null (checked in Rust, fast path). A
+    column of one value is built from that value (equal values are treated alike)."""
+    if values is None:
+        return _repeat(name, pl.Series(name, [None], dtype), n)
+    one = _one_value(values, n)
+    if one:
+        values = values[:1]
+    clean = {pl.Int64: _int, pl.String: _str, pl.Boolean: _bool, pl.Float64: _float}[dtype]
+    # polars recurses into containers even for a scalar dtype, and a crafted pickle can make a
+    # container hold itself (a crash, not an exception): containers never reach polars.
+    if not _SCALAR_TYPES.issuperset(map(type, values)):
+        values = [clean(v) for v in values]
     try:
-        return pl.Series(name, values, dtype=dtype, strict=True)
+        s = pl.Series(name, values, dtype=dtype, strict=True)
     except Exception:  # a value of the wrong type somewhere: clean value by value
-        clean = {pl.Int64: _int, pl.String: _str, pl.Boolean: _bool, pl.Float64: _float}[dtype]
-        return pl.Series(name, [clean(v) for v in values], dtype=dtype)
+        s = pl.Series(name, [clean(v) for v in values], dtype=dtype)
+    return _repeat(name, s, n) if one else s
 
 
-def _per_unique(values: Sequence[Any], fn: Any) -> list[Any]:
-    """``[fn(v) for v in values]`` computing ``fn`` once per distinct (hashable) value."""
-    done = {v: fn(v) for v in set(values)}
-    return list(map(done.__getitem__, values))
+def _runs(values: Sequence[Any] | None, n: int) -> tuple[list[Any], pl.Series | int | None]:
+    """The first value of each run of equal neighbours, and where each value's run is: a run
+    number per value, ``n`` when there is one run, None when every value starts a run.
+    Consecutive entries mostly repeat their group, operation, shapes and stack, so per-entry
+    work becomes per-run work (equal values are treated alike)."""
+    if values is None:
+        return [None], n
+    if _one_value(values, n):
+        return [values[0]], n
+    change = [True, *map(ne, islice(values, 1, None), values)]
+    firsts = list(compress(values, change))
+    if len(firsts) == 1:
+        return firsts, n
+    if len(firsts) == n:
+        return firsts, None
+    return firsts, pl.Series(list(accumulate(change)), dtype=pl.UInt32) - 1
+
+
+def _expand(name: str, per_run: Sequence[Any], dtype: Any,
+            idx: pl.Series | int | None) -> pl.Series:
+    """A column from one value per run (see :func:`_runs`)."""
+    s = pl.Series(name, per_run, dtype)
+    if idx is None:
+        return s
+    return _repeat(name, s, idx) if isinstance(idx, int) else s[idx]
+
+
+def _cached(fn: Any, cache: dict[Any, Any], key: Any, value: Any) -> Any:
+    """``fn(value)``, computed once per ``key``."""
+    try:
+        return cache[key]
+    except KeyError:
+        out = cache[key] = fn(value)
+        return out
+    except TypeError:  # unhashable
+        return fn(value)
 
 
 def _pg_pair(p: Any) -> tuple[Any, Any]:
@@ -470,105 +584,113 @@ def _pg_pair(p: Any) -> tuple[Any, Any]:
     return None, None
 
 
-def _sizes_column(values: Sequence[Any]) -> list[str | None]:
+def _sizes_per_run(values: list[Any]) -> list[str | None]:
     """Sizes as text, formatted once per distinct value (most entries repeat a few shapes)."""
-    try:
-        keys = list(map(tuple, map(map, repeat(tuple), values)))  # type: ignore[call-overload]
-        done = {k: str([list(dims) for dims in k]) for k in set(keys)}
-        for k in done:
-            if not all(type(d) is int for dims in k for d in dims):
-                done[k] = _sizes(k)
-        return list(map(done.__getitem__, keys))
-    except TypeError:  # not a list of lists somewhere: value by value
-        return [_sizes(v) for v in values]
+    cache: dict[Any, str | None] = {}
+    out = []
+    for v in values:
+        try:
+            key = tuple(map(tuple, v))
+        except TypeError:
+            out.append(_sizes(v))
+            continue
+        out.append(_cached(_sizes, cache, key, v))
+    return out
 
 
-def _dtypes_column(values: Sequence[Any]) -> list[str | None]:
-    try:
-        return list(map(",".join, values))
-    except TypeError:
-        return [_dtypes(v) for v in values]
-
-
-def _sites_column(frames: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """``_site`` of every entry, computed once per distinct stack (frame dicts are shared within
+def _sites_per_run(frames: list[Any]) -> list[tuple[Any, ...]]:
+    """``_site`` of each stack, computed once per distinct stack (frame dicts are shared within
     a pickle, so a stack is identified by the ids of its frames)."""
-    keys = [tuple(map(id, f)) if type(f) is list else () for f in frames]
-    first = dict(zip(keys, frames, strict=True))
     cache: dict[tuple[int, ...], tuple[Any, ...]] = {}
-    done = {k: _site(f, cache) for k, f in first.items()}
-    return list(map(done.__getitem__, keys))
+    return [_site(f, cache) for f in frames]
 
 
 def _entries_frame(entries: Sequence[dict[str, Any]], dump: FRDump) -> pl.DataFrame:
     """The entries as ``collectives`` rows, column by column: types are checked by polars, and
-    Python parses each distinct profiling name and stack once (2,000 entries: ~10 ms)."""
+    Python parses each run of equal profiling names, shapes and stacks once (2,000 entries:
+    ~2 ms)."""
     if not entries:
-        return pl.DataFrame(schema=COLLECTIVES_SCHEMA)
+        return _EMPTY_ENTRIES.clone()
     n = len(entries)
     c = _columns(entries)
-    pgs = c["process_group"]
-    try:  # pickle: tuples, parsed once per distinct group
-        pg_name, pg_desc = zip(*_per_unique(pgs, _pg_pair), strict=True)
-    except TypeError:  # JSON: lists
-        pg_name, pg_desc = zip(*map(_pg_pair, pgs), strict=True)
-    prof = _series("profiling_name", c["profiling_name"], pl.String)
-    backend, op, peer = zip(*_per_unique(prof.to_list(), _profiling), strict=True)
-    p2p = _series("is_p2p", c["is_p2p"], pl.Boolean)
-    if p2p.null_count():
-        p2p = p2p.fill_null(pl.Series([o in _P2P_OPS for o in op], dtype=pl.Boolean))
-    api, site_func, site_file, site_line = zip(*_sites_column(c["frames"]), strict=True)
-    df = pl.DataFrame([
+    cols: list[pl.Series] = [
         pl.Series("source", [dump.source], pl.String).new_from_index(0, n),
         pl.Series("rank", [dump.rank], pl.Int64).new_from_index(0, n),
-        pl.Series("host", [dump.host], pl.String).new_from_index(0, n),
-        _series("record_id", c["record_id"], pl.Int64),
-        _series("pg_id", c["pg_id"], pl.Int64),
-        _series("pg_name", pg_name, pl.String),
-        _series("pg_desc", pg_desc, pl.String),
-        _series("collective_seq_id", c["collective_seq_id"], pl.Int64),
-        _series("p2p_seq_id", c["p2p_seq_id"], pl.Int64),
-        _series("op_id", c["op_id"], pl.Int64),
-        p2p.alias("is_p2p"),
-        pl.Series("backend", backend, pl.String),
-        pl.Series("op", op, pl.String),
-        pl.Series("peer", peer, pl.Int64),
-        prof,
-        pl.Series("input_sizes", _sizes_column(c["input_sizes"]), pl.String),
-        pl.Series("input_dtypes", _dtypes_column(c["input_dtypes"]), pl.String),
-        pl.Series("output_sizes", _sizes_column(c["output_sizes"]), pl.String),
-        pl.Series("output_dtypes", _dtypes_column(c["output_dtypes"]), pl.String),
-        _series("state", c["state"], pl.String),
-        _series("retired", c["retired"], pl.Boolean),
-        _series("time_created", c["time_created_ns"], pl.Int64),
-        _series("time_started", c["time_discovered_started_ns"], pl.Int64),
-        _series("time_completed", c["time_discovered_completed_ns"], pl.Int64),
-        _series("duration_ms", c["duration_ms"], pl.Float64),
-        _series("timeout_ms", c["timeout_ms"], pl.Int64),
-        _series("thread_name", c["thread_name"], pl.String),
-        pl.Series("api", api, pl.String),
-        pl.Series("site_func", site_func, pl.String),
-        pl.Series("site_file", site_file, pl.String),
-        pl.Series("site_line", site_line, pl.Int64),
-    ])
-    dump._pg_names = {t for t in set(zip(c["pg_id"], pg_name, pg_desc, strict=True))
-                      if type(t[0]) is int}
-    # 0 (JSON) and None (pickle) both mean "not yet".
-    return df.with_columns(
-        pl.when(pl.col(c) > 0).then(pl.col(c)).cast(pl.Datetime("ns", "UTC")).alias(c)
-        for c in _NS_COLUMNS)
+        _repeat("host", pl.Series("host", [dump.host], pl.String), n),
+        _series("record_id", c["record_id"], pl.Int64, n),
+        _series("pg_id", c["pg_id"], pl.Int64, n),
+    ]
+    ids, pgs = c["pg_id"] or [None] * n, c["process_group"] or [None] * n
+    if _one_value(ids, n) and _one_value(pgs, n):
+        groups, idx = [(ids[0], pgs[0])], n
+    else:
+        groups, idx = _runs(list(zip(ids, pgs, strict=True)), n)
+    pg_name, pg_desc = zip(*[_pg_pair(p) for _, p in groups], strict=True)
+    cols += [_expand("pg_name", pg_name, pl.String, idx),
+             _expand("pg_desc", pg_desc, pl.String, idx)]
+    dump._pg_names = {(i, name, desc) for (i, _), name, desc in zip(groups, pg_name, pg_desc,
+                                                                  strict=True)
+                      if type(i) is int and _int(i) is not None}
+    cols += [_series(k, c[k], pl.Int64, n) for k in ("collective_seq_id", "p2p_seq_id", "op_id")]
+    names, idx = _runs(c["profiling_name"], n)
+    names = [v if type(v) is str else None for v in names]
+    cache: dict[Any, Any] = {}
+    backend, op, peer = zip(*[_cached(_profiling, cache, v, v) for v in names], strict=True)
+    op_col = _expand("op", op, pl.String, idx)
+    p2p = _series("is_p2p", c["is_p2p"], pl.Boolean, n)
+    if p2p.null_count():
+        p2p = p2p.fill_null(op_col.is_in(list(_P2P_OPS)).fill_null(False))
+    cols += [p2p, _expand("backend", backend, pl.String, idx), op_col,
+             _expand("peer", peer, pl.Int64, idx), _expand("profiling_name", names, pl.String, idx)]
+    for k in ("input", "output"):
+        sizes, idx = _runs(c[f"{k}_sizes"], n)
+        cols.append(_expand(f"{k}_sizes", _sizes_per_run(sizes), pl.String, idx))
+        dtypes, idx = _runs(c[f"{k}_dtypes"], n)
+        cols.append(_expand(f"{k}_dtypes", list(map(_dtypes, dtypes)), pl.String, idx))
+    cols += [_series("state", c["state"], pl.String, n),
+             _series("retired", c["retired"], pl.Boolean, n)]
+    for name, key in zip(_NS_COLUMNS, _NS_KEYS, strict=True):
+        ns = _series(name, c[key], pl.Int64, n)
+        low = ns.min()
+        if low is not None and low <= 0:  # type: ignore[operator]
+            ns = ns.set(ns <= 0, None)  # 0 (JSON) and None (pickle) both mean "not yet"
+        cols.append(ns.cast(pl.Datetime("ns", "UTC")))
+    cols += [_series("duration_ms", c["duration_ms"], pl.Float64, n),
+             _series("timeout_ms", c["timeout_ms"], pl.Int64, n),
+             _series("thread_name", c["thread_name"], pl.String, n)]
+    stacks, idx = _runs(c["frames"], n)
+    for name, dtype, values in zip(("api", "site_func", "site_file", "site_line"),
+                                   (pl.String, pl.String, pl.String, pl.Int64),
+                                   zip(*_sites_per_run(stacks), strict=True), strict=True):
+        cols.append(_expand(name, values, dtype, idx))
+    return pl.DataFrame(cols)
 
 
 _INTS = re.compile(r"-?\d+")
+#: Parsed ``ranks`` strings: every rank's dump repeats them (1,024 ranks: ~0.2 ms each).
+_MEMBERS: dict[str, tuple[int, ...] | None] = {}
 
 
 def _members(v: Any) -> list[int] | None:
     """``"[0, 1, 2]"`` (how torch writes it) or a list → ``[0, 1, 2]``; never ``eval``."""
     if isinstance(v, str):
-        return [int(x) for x in _INTS.findall(v)]
-    if isinstance(v, list | tuple) and all(type(x) is int for x in v):
+        if v not in _MEMBERS:
+            if len(_MEMBERS) > 64:
+                _MEMBERS.clear()
+            try:
+                ranks = tuple(int(x) for x in _INTS.findall(v))
+            except ValueError:  # more digits than int() converts
+                ranks = None
+            _MEMBERS[v] = ranks if ranks is not None and _int64s(ranks) else None
+        hit = _MEMBERS[v]
+        return None if hit is None else list(hit)
+    if isinstance(v, list | tuple) and all(type(x) is int for x in v) and _int64s(v):
         return list(v)
     return None
+
+
+def _int64s(values: Iterable[int]) -> bool:
+    return all(-(1 << 63) <= x < (1 << 63) for x in values)
 
 
 def _group_rows(top: dict[str, Any], dump: FRDump) -> list[dict[str, Any]]:
@@ -671,11 +793,25 @@ def build_frames(dumps: Iterable[FRDump]) -> FRFrames:
     parts = [d.entries for d in used if d.entries.height]
     collectives = pl.concat(parts, how="vertical") if parts \
         else pl.DataFrame(schema=COLLECTIVES_SCHEMA)
-    group_rows = [r for d in used for r in d.groups]
-    groups = pl.DataFrame(group_rows, schema=GROUPS_SCHEMA) if group_rows \
-        else pl.DataFrame(schema=GROUPS_SCHEMA)
+    groups = _groups_frame([r for d in used for r in d.groups])
     dump_frame = pl.DataFrame([d.row() for d in dumps], schema=DUMPS_SCHEMA)
     return FRFrames(collectives, dump_frame, groups)
+
+
+def _groups_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """The ``fr_groups`` rows as a frame, column by column; every rank's dump repeats the same
+    member list, so each distinct list is converted once."""
+    if not rows:
+        return pl.DataFrame(schema=GROUPS_SCHEMA)
+    keys = [None if r["members"] is None else tuple(r["members"]) for r in rows]
+    distinct = list(dict.fromkeys(keys))
+    index = {k: i for i, k in enumerate(distinct)}
+    members = pl.Series("members", [None if k is None else list(k) for k in distinct],
+                        GROUPS_SCHEMA["members"])
+    cols = [members[pl.Series([index[k] for k in keys], dtype=pl.UInt32)] if name == "members"
+            else pl.Series(name, [r[name] for r in rows], dtype)
+            for name, dtype in GROUPS_SCHEMA.items()]
+    return pl.DataFrame(cols)
 
 
 def collectives_frame(dumps: Iterable[FRDump]) -> pl.DataFrame:
@@ -689,12 +825,12 @@ def read_paths(paths: Sequence[str]) -> list[FRDump]:
 
 
 def _read_path(path: str) -> FRDump:
-    import os
-
     try:
         with open(path, "rb") as fh:
-            data = fh.read(MAX_DUMP_BYTES + 1)
-        mtime = os.stat(path).st_mtime
+            st = os.fstat(fh.fileno())
+            # read() sized from fstat: read(MAX_DUMP_BYTES + 1) would allocate 1 GiB and shrink it
+            data = fh.read() if st.st_size <= MAX_DUMP_BYTES else fh.read(MAX_DUMP_BYTES + 1)
+        mtime = st.st_mtime
     except OSError as err:
         return FRDump(source=path, rank=dump_identity(path)[0], host=dump_identity(path)[1],
                       format="unknown", status="corrupt", error=f"cannot read: {err}")
