@@ -2,7 +2,8 @@
 
 ## What it detects
 Without stack dumps: a log whose last activity before the watchdog or Gloo timeout (or before
-its end, when the timeouts are in other ranks' logs) is work that a rank does on its own and
+its end, when the timeouts come earlier or are in other ranks' logs) is work that a rank does
+on its own and
 names itself in — "Running predictions on sample x on rank=0", "[rank 0] Saving checkpoint",
 "Evaluating on rank 0" — while other ranks time out waiting in a collective.
 
@@ -56,13 +57,16 @@ class RankLocalWorkBeforeTimeout(Rule):
         work = job.rows("rank_local_work")
         if not timeouts or not work:
             return
-        first_timeout: dict[str, int] = {}
+        timeout_lines: dict[str, list[int]] = {}
         for r in timeouts:
-            first_timeout[r["source"]] = min(first_timeout.get(r["source"], r["line"]), r["line"])
+            timeout_lines.setdefault(r["source"], []).append(r["line"])
         last: dict[int, dict[str, Any]] = {}
         for r in work:
             rank = _named_rank(r)
-            end = first_timeout.get(r["source"], job.lines_in(r["source"]) + 1)
+            # The next timeout in the same file, or the file's end. A console that interleaves
+            # ranks (torchrun --tee) may print a rank's last lines after the others' timeouts.
+            later = [t for t in timeout_lines.get(r["source"], []) if t > r["line"]]
+            end = min(later) if later else job.lines_in(r["source"]) + 1
             if rank is not None and 0 < end - r["line"] <= WINDOW:
                 last[rank] = r
         busy = set(last)
