@@ -577,12 +577,16 @@ def _aspect_value(call: Call, aspect: str, *, exact: bool = True) -> str | None:
 _ASPECTS = ("op", "sizes", "dtypes", "call site")
 
 
+def _sizes_may_differ() -> pl.Expr:
+    """Ops whose ranks legitimately pass different sizes (see ``UNEVEN_SIZES``)."""
+    return pl.col("op").is_in(list(UNEVEN_SIZES)).fill_null(False)
+
+
 def _aspect_hashes() -> list[pl.Expr]:
     """One 64-bit hash per aspect of a record (sizes: 0 where they may differ)."""
-    uneven = pl.col("op").is_in(list(UNEVEN_SIZES))
     return [
         pl.col("op").hash().alias("op"),
-        pl.when(uneven).then(pl.lit(0, pl.UInt64))
+        pl.when(_sizes_may_differ()).then(pl.lit(0, pl.UInt64))
         .otherwise(pl.struct("input_sizes", "output_sizes").hash()).alias("sizes"),
         pl.struct("input_dtypes", "output_dtypes").hash().alias("dtypes"),
         pl.struct("site_file", "site_line").hash().alias("call site"),
@@ -594,7 +598,7 @@ def _divergence(coll: pl.DataFrame, groups: dict[str, GroupTimeline]) -> None:
     # Two hashes per record — what ranks must agree on (op, sizes, dtypes), and the call site —
     # then "does it vary within the collective" per group; the aspect is looked up only at the
     # first collective that varies.
-    even = ~pl.col("op").is_in(list(UNEVEN_SIZES)).fill_null(False)  # as in _aspect_hashes
+    even = ~_sizes_may_differ()
     hashed = coll.select(
         "_g", "collective_seq_id",
         pl.struct("op", pl.when(even).then(pl.col("input_sizes")).alias("i"),

@@ -34,13 +34,14 @@ def urls_in(texts: Iterable[str]) -> list[str]:
 
 def read_store(path: str) -> dict[str, Any]:
     """What the FileStore at ``path`` says: size, records, keys, and its ``refcount``."""
-    out: dict[str, Any] = {"path": path, "exists": os.path.isfile(path)}
-    if not out["exists"]:
-        return out
-    with open(path, "rb") as fh:
-        data = fh.read(MAX_READ)
-    out["size"] = os.path.getsize(path)
-    out["truncated_read"] = out["size"] > len(data)
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            data = fh.read(MAX_READ)
+    except (FileNotFoundError, IsADirectoryError):
+        return {"path": path, "exists": False}
+    out: dict[str, Any] = {"path": path, "exists": True, "size": size,
+                           "truncated_read": size > len(data)}
     records, keys, refcount, pos = 0, set(), None, 0
     while pos + 4 <= len(data):
         (klen,) = struct.unpack_from("<I", data, pos)

@@ -40,7 +40,7 @@ from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, writers_phrase
 
 #: The logger's "<file>:<line>]" stamp (c10: basename; glog: a path such as torch/…/api.py).
-SOURCE_STAMP = r"(?:^|[\s\[])((?:[\w.-]+/)*[A-Za-z_][\w-]*\.(?:cpp|cc|hpp|h|py)):(\d+)\]"
+SOURCE_STAMP = r"(?:^|[\s\[])(?P<src>(?:[\w.-]+/)*[A-Za-z_][\w-]*\.(?:cpp|cc|hpp|h|py)):(?P<src_line>\d+)\]"
 
 
 class BuildFingerprintMismatch(Rule):
@@ -51,15 +51,14 @@ class BuildFingerprintMismatch(Rule):
 
     def check(self, job: Job) -> Iterator[Finding]:
         stamped = (
-            job.events.lazy()
-            .with_columns(
-                src=pl.col("text").str.extract(SOURCE_STAMP, 1),
-                src_line=pl.col("text").str.extract(SOURCE_STAMP, 2).cast(pl.Int64, strict=False),
+            job.events.with_columns(
+                pl.col("text").str.extract_groups(SOURCE_STAMP).struct.unnest(),
                 writer=pl.when(pl.col("rank").is_not_null())
                 .then(pl.format("rank {}", pl.col("rank")))
                 .when(pl.col("host").is_not_null() & pl.col("pid").is_not_null())
                 .then(pl.format("{} pid {}", pl.col("host"), pl.col("pid"))),
             )
+            .with_columns(pl.col("src_line").cast(pl.Int64, strict=False))
             .drop_nulls(["src", "src_line", "writer"])
             .filter(~pl.col("src").str.contains("third_party/", literal=True))
         )
@@ -73,21 +72,18 @@ class BuildFingerprintMismatch(Rule):
             .agg(pl.col("writer").sort())
             .filter(pl.len().over("kind", "src") > 1)
             .sort("kind", "src", pl.col("writer").list.len(), descending=[False, False, True])
-            .collect()
         )
         if builds.is_empty():
             return
-        kind, src = builds.row(0, named=True)["kind"], builds.row(0, named=True)["src"]
+        kind, src = builds.row(0)[:2]
         variants = builds.filter((pl.col("kind") == kind) & (pl.col("src") == src)).rows(named=True)
         minority = [w for v in variants[1:] for w in v["writer"]]
         ranks = [int(w[5:]) for w in minority if w.startswith("rank ")]
         desc = "; ".join(f"{src}:{v['src_line']} on {writers_phrase(v['writer'])}" for v in variants)
-        evidence = []
-        for v in variants[:3]:
-            row = stamped.filter(
-                (pl.col("kind") == kind) & (pl.col("src") == src)
-                & (pl.col("src_line") == v["src_line"])).head(1).collect().row(0, named=True)
-            evidence.append(evidence_of(row))
+        first = stamped.filter((pl.col("kind") == kind) & (pl.col("src") == src)) \
+            .unique("src_line", keep="first", maintain_order=True)
+        evidence = [evidence_of(row) for v in variants[:3] for row in
+                    first.filter(pl.col("src_line") == v["src_line"]).iter_rows(named=True)]
         yield self.finding(
             f"The same message ({kind.replace('_', ' ')}) comes from different source lines, "
             f"so the ranks run different torch builds: {desc}.",

@@ -56,13 +56,17 @@ class StaleInitFile(Rule):
         failures = job.rows("gloo_connect_failure") + [
             r for r in job.rows("nccl_connect_failure") if "ootstrap" in r["text"]]
         failures.sort(key=lambda r: "Connection refused" not in r["text"])
-        counted = _overcounted_files(job)
-        if counted:
-            yield self._from_bundle(job, counted[0], failures)
-            return
+        files = _collected_files(job)
+        world = job.world_size
+        for f, host in files:
+            users = world or f.get("local_users")
+            if isinstance(f.get("refcount"), int) and isinstance(users, int) \
+                    and f["refcount"] > users:
+                yield self._overcounted(job, f, host, users, failures)
+                return
         if not failures:
             return
-        path, evidence = _named_init_file(job)
+        path, evidence = _named_init_file(job, files)
         if path is None:
             return
         ranks = ranks_of(failures)
@@ -74,65 +78,63 @@ class StaleInitFile(Rule):
             ts=first_ts(failures), details={"init_file": path},
         )
 
-    def _from_bundle(self, job: Job, found: tuple[dict[str, Any], int, str],
+    def _overcounted(self, job: Job, f: dict[str, Any], host: str, world: int,
                      failures: list[dict[str, Any]]) -> Finding:
-        f, world, host = found
-        in_init = _ranks_in_init(job)
-        ranks = ranks_of(failures) or in_init
-        what = (f"{subject(ranks_of(failures))} could not connect to a peer{_peer(failures)}"
-                if failures else f"{subject(in_init)} wait{'s' if len(in_init) == 1 else ''} "
-                "in init_process_group" if in_init else "")
-        summary = (f"The init file {f['path']} counts {f['refcount']} users, more than the "
+        """An init file collect read, counting more users than the world size."""
+        summary = (f"the init file {f['path']} counts {f['refcount']} users, more than the "
                    f"world size of {world}: processes of an earlier run opened it and never "
                    "closed it (killed), so it still holds that run's addresses.")
-        evidence = [Evidence(path=f"{host} (collect: init file)", line=None, rank=None,
-                             host=host, text=f"{f['path']}: refcount {f['refcount']}, "
-                             f"{f.get('keys')} keys, {f.get('size')} bytes")]
-        evidence += [evidence_of(r) for r in failures[:1]]
+        in_init = _ranks_in_init(job)
+        if failures:
+            ranks = ranks_of(failures) or in_init
+            summary = (f"{subject(ranks_of(failures))} could not connect to a peer"
+                       f"{_peer(failures)}: {summary}")
+        elif in_init:
+            ranks = in_init
+            verb = "waits" if len(in_init) == 1 else "wait"
+            summary = f"{subject(in_init)} {verb} in init_process_group: {summary}"
+        else:  # nothing failed (yet): a hazard for the next launch
+            ranks = set()
+            summary = summary[0].upper() + summary[1:]
         return self.finding(
-            (f"{what}: " + summary[0].lower() + summary[1:]) if what else summary,
-            evidence=evidence, ranks=ranks, confidence=0.9,
-            role=None if what else "info", ts=first_ts(failures),
+            summary, evidence=[_file_evidence(f, host), *map(evidence_of, failures[:1])],
+            ranks=ranks, confidence=0.9, role=None if ranks or failures else "info",
+            ts=first_ts(failures),
             details={"init_file": f["path"], "refcount": f["refcount"], "world_size": world},
         )
 
 
-def _overcounted_files(job: Job) -> list[tuple[dict[str, Any], int, str]]:
-    """Init files (seen by collect) whose refcount exceeds the job's world size."""
-    out = []
-    for b in job.bundles:
-        host = str(b.manifest.get("host") or "host")
-        for f in b.manifest.get("init_files") or []:
-            world = job.world_size or f.get("local_users")
-            if isinstance(f, dict) and f.get("filestore") and isinstance(f.get("refcount"), int) \
-                    and isinstance(world, int) and f["refcount"] > world:
-                out.append((f, world, host))
-    return out
+def _collected_files(job: Job) -> list[tuple[dict[str, Any], str]]:
+    """``(file, host)`` of the FileStore init files collect read (bundle manifests)."""
+    return [(f, str(b.manifest.get("host") or "host")) for b in job.bundles
+            for f in b.manifest.get("init_files") or []
+            if isinstance(f, dict) and f.get("filestore") and f.get("path")]
 
 
-def _named_init_file(job: Job) -> tuple[str | None, list[Evidence]]:
+def _file_evidence(f: dict[str, Any], host: str) -> Evidence:
+    return Evidence(path=f"{host} (collect: init file)", line=None, rank=None, host=host,
+                    text=f"{f['path']}: refcount {f.get('refcount')}, {f.get('keys')} keys, "
+                    f"{f.get('size')} bytes")
+
+
+def _named_init_file(job: Job, files: list[tuple[dict[str, Any], str]]
+                     ) -> tuple[str | None, list[Evidence]]:
+    """The init file a log line, collect or an environment variable names, with its evidence."""
     urls = job.rows("init_file_url")
     if urls:
         return urls[0]["data"].get("path"), [evidence_of(urls[0])]
-    for b in job.bundles:
-        for f in b.manifest.get("init_files") or []:
-            if isinstance(f, dict) and f.get("filestore") and f.get("path"):
-                host = str(b.manifest.get("host") or "host")
-                return f["path"], [Evidence(
-                    path=f"{host} (collect: init file)", line=None, rank=None, host=host,
-                    text=f"{f['path']}: refcount {f.get('refcount')}, {f.get('keys')} keys")]
-    if job.env.height:
-        for row in job.env.filter(pl.col("value").str.starts_with("file://")).head(1).iter_rows(
-                named=True):
-            return row["value"].removeprefix("file://"), [Evidence(
-                path=f"{row['host']} pid {row['pid']} (collect)", line=None,
-                text=f"{row['key']}={row['value']}", rank=row["rank"], host=row["host"])]
+    if files:
+        f, host = files[0]
+        return f["path"], [_file_evidence(f, host)]
+    for row in job.env.filter(pl.col("value").str.starts_with("file://")).head(1).iter_rows(
+            named=True):
+        return row["value"].removeprefix("file://"), [Evidence(
+            path=f"{row['host']} pid {row['pid']} (collect)", line=None,
+            text=f"{row['key']}={row['value']}", rank=row["rank"], host=row["host"])]
     return None, []
 
 
 def _peer(failures: list[dict[str, Any]]) -> str:
-    if not failures:
-        return ""
     d = failures[0]["data"]
     why = "connection refused" if "Connection refused" in failures[0]["text"] else \
         d.get("why", "failed").lower()
@@ -140,9 +142,6 @@ def _peer(failures: list[dict[str, Any]]) -> str:
 
 
 def _ranks_in_init(job: Job) -> set[int]:
-    """Ranks whose main thread the stack dumps show inside ``init_process_group``."""
-    if not job.stacks.height or "func" not in job.stacks.columns:
-        return set()
-    hits = job.stacks.filter(pl.col("func") == "init_process_group")
-    return {int(r) for r in hits["rank"].drop_nulls().unique().to_list()} \
-        if "rank" in hits.columns else set()
+    """Ranks whose stack dumps show them inside ``init_process_group``."""
+    hits = job.stacks.filter(pl.col("func") == "init_process_group")["rank"]
+    return set(hits.drop_nulls().unique().to_list())
