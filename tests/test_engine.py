@@ -68,3 +68,31 @@ def test_a_crashing_rule_is_contained(tmp_path: Path) -> None:
     broken = next(o for o in analysis.outcomes if o.rule == "AUT999")
     assert broken.status == "errored" and "RuntimeError: boom" in broken.error
     assert analysis.verdict.cause == "rank_crashed"
+
+
+RESTART = "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default"
+FAILURE = "[rank1]: RuntimeError: boom"
+
+
+def test_a_clean_restart_supersedes_earlier_failures(tmp_path: Path) -> None:
+    """Per source: failures before a run start with no failure after it are history."""
+    (tmp_path / "rerun_ok.log").write_text(f"{FAILURE}\n{RESTART}\nstep 1\n")
+    (tmp_path / "rerun_failed.log").write_text(f"{FAILURE}\n{RESTART}\n{FAILURE}\n")
+    (tmp_path / "once.log").write_text(f"{RESTART}\n{FAILURE}\n")
+    job = load([tmp_path])
+    src = {Path(s).name: s for s in job.events["source"].unique()}
+    assert job.superseded(src["rerun_ok.log"], 1)
+    assert not job.superseded(src["rerun_ok.log"], 3)  # after the restart
+    assert not job.superseded(src["rerun_failed.log"], 1)
+    assert not job.superseded(src["once.log"], 2)
+    assert not job.superseded("elsewhere.log", 1)
+
+
+def test_a_log_of_nothing_but_exceptions(tmp_path: Path) -> None:
+    """30,000 exception lines: the first is the crash. (Each rule looks at the lines once: this
+    took minutes when every line's restart check filtered all events.)"""
+    lines = [f"[rank{i % 8}]: RuntimeError: boom number {i}" for i in range(30_000)]
+    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
+    verdict = run(load([tmp_path])).verdict
+    assert verdict is not None and verdict.cause == "rank_crashed" and verdict.ranks == [0]
+    assert "boom number 0" in verdict.summary

@@ -64,6 +64,9 @@ def test_verdict(name: str, scenario_run) -> None:
 def test_crash_symptoms_point_at_the_crash(scenario_run) -> None:
     analysis = analyze(scenario_run("rank_crash_exception"))
     verdict = analysis.verdict
+    # The traceback names no host; torchelastic's failure summary for that rank does.
+    entry = next(e for e in verdict.evidence if e.host)
+    assert verdict.hosts == [entry.host]
     symptoms = [f for f in analysis.findings if f.role == "symptom"]
     assert any(f.rule == "SYM002" for f in symptoms), "peer-closed errors of ranks 0-1 missing"
     assert all(f.explained_by == verdict.id for f in symptoms)

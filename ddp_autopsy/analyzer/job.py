@@ -31,6 +31,7 @@ from ddp_autopsy.analyzer.flight_recorder import (
     looks_like_dump,
     read_dump,
 )
+from ddp_autopsy.analyzer.fr_reader import DumpFile, read_files
 from ddp_autopsy.analyzer.layout import attribution_from_path
 from ddp_autopsy.analyzer.sources import (
     BUNDLE_SCHEMA_PREFIX,
@@ -39,6 +40,7 @@ from ddp_autopsy.analyzer.sources import (
     InputNote,
     Member,
     Tree,
+    compressed_name,
     decompressed,
     iter_inputs,
 )
@@ -112,6 +114,8 @@ class Job:
     collectives: pl.DataFrame = field(default_factory=lambda: FRFrames.empty().collectives)
     fr_dumps: pl.DataFrame = field(default_factory=lambda: FRFrames.empty().dumps)
     fr_groups: pl.DataFrame = field(default_factory=lambda: FRFrames.empty().groups)
+    _restarts: tuple[pl.DataFrame, dict[str, int]] | None = field(default=None, init=False,
+                                                                   repr=False)
 
     def frame(self, name: str) -> pl.DataFrame:
         return getattr(self, name)
@@ -131,8 +135,13 @@ class Job:
 
     def rows(self, *kinds: str) -> list[dict[str, Any]]:
         """Events of these kinds as dicts, ``data`` decoded, in input order."""
+        return self.decoded_rows(self.of_kind(*kinds))
+
+    @staticmethod
+    def decoded_rows(events: pl.DataFrame) -> list[dict[str, Any]]:
+        """Rows of (a part of) the events frame as dicts, ``data`` decoded."""
         out = []
-        for row in self.of_kind(*kinds).iter_rows(named=True):
+        for row in events.iter_rows(named=True):
             row["data"] = json.loads(row["data"]) if row["data"] else {}
             out.append(row)
         return out
@@ -149,17 +158,24 @@ class Job:
         A later run start (torchrun's banner, Lightning's rank init, ...) in the same source with
         no failure after it means the user re-ran the job and the earlier failure is history.
         """
-        later = self.events.filter(
-            (pl.col("source") == source) & (pl.col("line") > line)
-        )
-        starts = later.filter(pl.col("kind") == "run_start")["line"]
-        if starts.len() == 0:
-            return False
-        last_start = int(starts.max())  # type: ignore[arg-type]
-        failures = later.filter(
-            (pl.col("line") > last_start) & pl.col("kind").is_in(list(FAILURE_KINDS))
-        )
-        return failures.height == 0
+        last_start = self._clean_restarts().get(source)
+        return last_start is not None and last_start > line
+
+    def _clean_restarts(self) -> dict[str, int]:
+        """Per source, the line of its last run start when no failure follows it (computed once
+        per events frame: rules ask for every failure line)."""
+        if self._restarts is None or self._restarts[0] is not self.events:
+            last = (self.events.lazy().filter(pl.col("kind") == "run_start")
+                    .group_by("source").agg(pl.col("line").max().alias("start")))
+            failed = (self.events.lazy()
+                      .filter(pl.col("kind").is_in(list(FAILURE_KINDS)))
+                      .join(last, on="source")
+                      .filter(pl.col("line") > pl.col("start"))
+                      .select("source").unique())
+            clean = last.join(failed, on="source", how="anti").collect()
+            self._restarts = (self.events,
+                              dict(zip(clean["source"], clean["start"], strict=True)))
+        return self._restarts[1]
 
     @property
     def world_size(self) -> int | None:
@@ -208,7 +224,7 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
     proc_rows: list[dict[str, Any]] = []
     bundles: list[Bundle] = []
     summary_frames: list[pl.DataFrame] = []
-    dumps: list[FRDump] = []
+    dumps: list[FRDump | DumpFile] = []  # files on disk are read together, after the walk
 
     for _path, tree in iter_inputs([Path(p) for p in paths], notes):
         bundle = _read_bundle(tree, notes)
@@ -235,20 +251,28 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
     job = Job(events=events, stacks=stacks, ranks=pl.DataFrame(), env=env, processes=processes,
               inputs=inputs, notes=notes, bundles=bundles)
     if dumps:
-        fr = build_frames(dumps)
+        read = _read_dumps(dumps)
+        fr = build_frames(read)
         job.collectives, job.fr_dumps, job.fr_groups = fr.collectives, fr.dumps, fr.groups
         notes += [InputNote(d.source, d.note() or "",
                             "info" if d.status == "duplicate" else "warning")
-                  for d in dumps if not d.ok and d.note()]
+                  for d in read if not d.ok and d.note()]
     job.ranks = _ranks_frame(job)
     job.elapsed_s = time.perf_counter() - t0
     return job
 
 
+def _read_dumps(dumps: list[FRDump | DumpFile]) -> list[FRDump]:
+    """The dumps in input order, those still on disk read now (on two cores when many)."""
+    files = [d for d in dumps if isinstance(d, DumpFile)]
+    read = iter(read_files(files))
+    return [next(read) if isinstance(d, DumpFile) else d for d in dumps]
+
+
 def _load_member(member: Member, ctx: FileContext, notes: list[InputNote],
                  inputs: list[InputRecord], event_rows: list[dict[str, Any]],
                  stack_rows: list[dict[str, Any]], owner: StackOwner | None = None,
-                 dumps: list[FRDump] | None = None) -> None:
+                 dumps: list[FRDump | DumpFile] | None = None) -> None:
     lower = member.relpath.lower()
     if any(lower.endswith(s) for s in SKIP_SUFFIXES):
         inputs.append(InputRecord(member.display, "skipped"))
@@ -263,6 +287,11 @@ def _load_member(member: Member, ctx: FileContext, notes: list[InputNote],
         with decompressed(member) as fh:
             head = fh.read(65536)
             if dumps is not None and looks_like_dump(head, member.relpath):
+                if member.path is not None and not compressed_name(member.relpath):
+                    dumps.append(DumpFile(member.path, member.display, ctx.host))
+                    inputs.append(InputRecord(member.display, "flight-recorder",
+                                              bytes=member.size or 0))
+                    return
                 data = head + fh.read(MAX_DUMP_BYTES)
                 dumps.append(read_dump(data, member.display, host=ctx.host, mtime=member.mtime))
                 inputs.append(InputRecord(member.display, "flight-recorder", bytes=len(data)))
@@ -307,7 +336,8 @@ def _read_bundle(tree: Tree, notes: list[InputNote]) -> Bundle | None:
             prefix = m.relpath[: -len("manifest.json")]
             if prefix:
                 tree.members = [
-                    Member(x.display, x.relpath[len(prefix):], x.size, x.mtime, x.opener)
+                    Member(x.display, x.relpath[len(prefix):], x.size, x.mtime, x.opener,
+                           x.path)
                     for x in tree.members if x.relpath.startswith(prefix)
                 ]
             if not manifest.get("complete", True):
@@ -367,7 +397,7 @@ def _json_member(tree: Tree, relpath: str, notes: list[InputNote]) -> Any:
 def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: list[InputRecord],
                  event_rows: list[dict[str, Any]], stack_rows: list[dict[str, Any]],
                  env_rows: list[dict[str, Any]], proc_rows: list[dict[str, Any]],
-                 dumps: list[FRDump]) -> None:
+                 dumps: list[FRDump | DumpFile]) -> None:
     man = bundle.manifest
     host = man.get("host")
     collected = _when(man.get("created"))

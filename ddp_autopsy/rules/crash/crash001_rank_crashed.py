@@ -39,6 +39,8 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
+import polars as pl
+
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, subject
 
@@ -83,9 +85,12 @@ class RankCrashed(Rule):
     severity = "critical"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        all_exceptions = [r for r in job.rows("exception")
+        # The consequence check runs in polars: a log can hold 100,000s of exception lines.
+        frame = job.of_kind("exception").with_columns(
+            pl.col("text").str.contains(f"(?i){CONSEQUENCE.pattern}").alias("consequence"))
+        all_exceptions = [r for r in job.decoded_rows(frame)
                           if not job.superseded(r["source"], r["line"])]
-        exceptions = [r for r in all_exceptions if not CONSEQUENCE.search(r["text"])]
+        exceptions = [r for r in all_exceptions if not r["consequence"]]
         failures = job.rows("elastic_failure")
         spawns = job.rows("spawn_failed")
         # Exceptions attributed to a rank, earliest first where clocks say so.
@@ -107,7 +112,8 @@ class RankCrashed(Rule):
             evidence = [evidence_of(first)] + ([evidence_of(entry)] if entry else [])
             yield self.finding(
                 summary + ".", evidence=evidence, ranks=ranks,
-                hosts=[r["host"] for r in same], confidence=0.85 if ranks else 0.6,
+                hosts=[r["host"] for r in same] + ([entry["data"].get("host")] if entry else []),
+                confidence=0.85 if ranks else 0.6,
                 ts=first_ts(same) or (entry["ts"] if entry else None),
                 details={"exception": first["data"].get("type"), "message": first["data"].get("msg"),
                          "frame": first["data"].get("frame"), "exitcode": code},
