@@ -88,9 +88,9 @@ def generate(directory: Path, ranks: int, entries: int, culprit: int) -> None:
 OURS = r"""
 import json, sys, time, resource, glob
 t0 = time.perf_counter()
-from ddp_autopsy.analyzer import collectives, flight_recorder as fr
+from ddp_autopsy.analyzer import collectives, flight_recorder as fr, fr_reader
 paths = sorted(glob.glob(sys.argv[1] + "/nccl_trace_rank_*"))
-dumps = fr.read_paths(paths)
+dumps = fr_reader.read_paths(paths)
 frames = fr.build_frames(dumps)
 del dumps
 t1 = time.perf_counter()

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import pickle
 import re
 from collections.abc import Iterable, Sequence
@@ -817,24 +816,6 @@ def _groups_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 def collectives_frame(dumps: Iterable[FRDump]) -> pl.DataFrame:
     """The ``collectives`` frame alone (see :func:`build_frames`)."""
     return build_frames(dumps).collectives
-
-
-def read_paths(paths: Sequence[str]) -> list[FRDump]:
-    """Read dump files from disk (scripts, benchmarks; ``job.load`` reads archive members too)."""
-    return [_read_path(p) for p in paths]
-
-
-def _read_path(path: str) -> FRDump:
-    try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            # read() sized from fstat: read(MAX_DUMP_BYTES + 1) would allocate 1 GiB and shrink it
-            data = fh.read() if st.st_size <= MAX_DUMP_BYTES else fh.read(MAX_DUMP_BYTES + 1)
-        mtime = st.st_mtime
-    except OSError as err:
-        return FRDump(source=path, rank=dump_identity(path)[0], host=dump_identity(path)[1],
-                      format="unknown", status="corrupt", error=f"cannot read: {err}")
-    return read_dump(data, path, mtime=mtime)
 
 
 # --------------------------------------------------------------------------- example notation

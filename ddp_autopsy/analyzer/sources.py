@@ -63,6 +63,8 @@ class Member:
     size: int | None
     mtime: float | None
     opener: Callable[[], IO[bytes]]
+    #: The file on disk, for members that are plain files (not inside an archive).
+    path: str | None = None
 
 
 @dataclass
@@ -125,7 +127,8 @@ def _dir_tree(root: Path, notes: list[InputNote]) -> Tree:
                 notes.append(InputNote(str(full), "not a regular file, skipped", "info"))
                 continue
             tree.members.append(
-                Member(str(full), rel, st.st_size, st.st_mtime, lambda p=full: open(p, "rb"))
+                Member(str(full), rel, st.st_size, st.st_mtime, lambda p=full: open(p, "rb"),
+                       str(full))
             )
             if len(tree.members) >= MAX_FILES:
                 notes.append(InputNote(str(root), f"more than {MAX_FILES} files; the rest skipped"))
@@ -471,11 +474,16 @@ class ForwardReader(io.RawIOBase):
         super().close()
 
 
+def compressed_name(name: str) -> str | None:
+    """The compression a file name says (``gz``, ``bz2``, ``xz``, ``zst``), or None."""
+    name = name.lower()
+    return next((k for k in ("gz", "bz2", "xz", "zst") if name.endswith(f".{k}")), None)
+
+
 def decompressed(member: Member) -> IO[bytes]:
     """Open a member, decompressing by suffix (``.gz``, ``.bz2``, ``.xz``, ``.zst``); archive
     members are read in salvaging pieces."""
-    name = member.relpath.lower()
-    kind = next((k for k in ("gz", "bz2", "xz", "zst") if name.endswith(f".{k}")), None)
+    kind = compressed_name(member.relpath)
     raw = member.opener()
     if type(raw) is not io.BufferedReader:  # not a plain file: an archive member
         raw = Salvaging(raw)  # type: ignore[assignment]
@@ -495,7 +503,7 @@ def iter_inputs(paths: list[Path], notes: list[InputNote]) -> Iterator[tuple[Pat
                 st = path.stat()
                 tree = Tree(display=str(path), members=[
                     Member(str(path), path.name, st.st_size, st.st_mtime,
-                           lambda p=path: open(p, "rb"))
+                           lambda p=path: open(p, "rb"), str(path))
                 ])
         except OSError as err:
             notes.append(InputNote(str(path), f"cannot read: {err.strerror or err}", "error"))
