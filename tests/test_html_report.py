@@ -257,8 +257,8 @@ def test_environment_shows_only_what_differs(tmp_path: Path) -> None:
     rows = []
     for r in range(4):
         env = {"RANK": str(r), "NCCL_DEBUG": "INFO", "MASTER_ADDR": "10.0.0.1",
-               "NCCL_SOCKET_IFNAME": "eth1" if r == 3 else "eth0", "DB_PASSWORD": "hunter2",
-               "LABEL": PROBE, "version.torch": "2.3.0" if r < 2 else "2.4.1",
+               "NCCL_SOCKET_IFNAME": "eth1" if r == 3 else "eth0", "DB_PASSWORD": f"hunter{r}",
+               "LABEL": PROBE if r == 0 else "plain", "version.torch": "2.3.0" if r < 2 else "2.4.1",
                "version.python": "3.11.7"}
         rows += [{"host": "n1", "pid": 100 + r, "rank": r, "key": k, "value": v}
                  for k, v in env.items()]
@@ -269,12 +269,14 @@ def test_environment_shows_only_what_differs(tmp_path: Path) -> None:
     diff = section.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
     assert "version.torch" in diff and "NCCL_SOCKET_IFNAME" in diff
     assert "2.4.1" in diff and "ranks 2-3 (2)" in diff and "rank 3 (1)" in diff
-    assert "MASTER_ADDR" not in diff and "NCCL_DEBUG" not in diff  # same everywhere
+    # Same everywhere: counted, never listed (a report is shared; PATH, HOME... stay out).
+    assert "MASTER_ADDR" not in section and "NCCL_DEBUG" not in section
+    assert "2 environment variables identical on every process, not listed" in section
     assert diff.index("version.torch") < diff.index("NCCL_SOCKET_IFNAME")  # versions first
     assert "version.python" in section and "3.11.7" in section
     assert "Differ by design (process identity), not listed: RANK" in section
     assert "1 process without a rank (launcher agents) left out" in section
-    assert "hunter2" not in doc and "********" in section
+    assert "hunter" not in doc and "********" in section
     assert PROBE not in doc and "&lt;script&gt;window.__xss=1" in section
 
 

@@ -868,7 +868,7 @@ class EnvView:
     left_out: int  # processes with no rank (launcher agents...) when ranked ones exist
     differing: list[EnvKey]
     same_versions: list[tuple[str, str]]
-    same_env: list[tuple[str, str]]
+    same_env: int  # variables identical everywhere: counted, not listed (a report is shared)
     identity: list[str]
 
 
@@ -923,8 +923,7 @@ def _env_view(env: pl.DataFrame) -> EnvView | None:
                                 max(0, len(entries) - MAX_ENV_VALUES)))
     same_versions = sorted((clean(k, 120), _env_value(k, v)) for k, v in same_vals.items()
                            if k.startswith("version."))
-    same_env = sorted((clean(k, 120), _env_value(k, v)) for k, v in same_vals.items()
-                      if not k.startswith("version."))
+    same_env = sum(not k.startswith("version.") for k in same_vals)
     return EnvView(processes=n, left_out=left_out, differing=differing, same_versions=same_versions,
                    same_env=same_env, identity=[clean(k, 80) for k in identity])
 
