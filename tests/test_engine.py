@@ -96,3 +96,13 @@ def test_a_log_of_nothing_but_exceptions(tmp_path: Path) -> None:
     verdict = run(load([tmp_path])).verdict
     assert verdict is not None and verdict.cause == "rank_crashed" and verdict.ranks == [0]
     assert "boom number 0" in verdict.summary
+
+
+def test_stamps_on_clocks_that_cannot_be_compared_do_not_order_crashes(tmp_path: Path) -> None:
+    """Rank 1's local stamp reads earlier than rank 0's UTC one, but a host's local clock says
+    nothing against UTC: input order decides. On one kind of clock, time decides."""
+    (tmp_path / "a.log").write_text("2026-05-01T10:00:05Z [rank0]: RuntimeError: boom zero\n")
+    (tmp_path / "b.log").write_text("[2026-05-01 10:00:01,000] [rank1]: RuntimeError: boom one\n")
+    assert run(load([tmp_path])).verdict.ranks == [0]
+    (tmp_path / "a.log").write_text("[2026-05-01 10:00:05,000] [rank0]: RuntimeError: boom zero\n")
+    assert run(load([tmp_path])).verdict.ranks == [1]

@@ -81,6 +81,7 @@ def test_empty_file_is_read_as_zero_lines(tmp_path: Path) -> None:
     (tmp_path / "empty.log").write_bytes(b"")
     job = load([tmp_path])
     assert [(i.kind, i.lines) for i in job.inputs] == [("log", 0)]
+    assert [(n.message, n.level) for n in job.notes] == [("empty file (0 bytes)", "info")]
     assert run(job).verdict is None
 
 

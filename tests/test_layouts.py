@@ -227,6 +227,47 @@ def test_archives_read_in_place(tmp_path: Path, suffix: str) -> None:
     assert df["source"].str.starts_with(f"{archive}!run/attempt_0/").all()
 
 
+def test_archives_inside_a_directory_are_opened(tmp_path: Path) -> None:
+    """A directory of archives (one per node, from colleagues): each is read as an archive,
+    not as text — attribution from the member paths included."""
+    files = _tree(tmp_path)
+    d = tmp_path / "from-colleagues"
+    d.mkdir()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    (d / "node1.tar").write_bytes(buf.getvalue())
+    (d / "node2.tar.gz").write_bytes(gzip.compress(buf.getvalue()))
+    with zipfile.ZipFile(d / "node3.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    write(d / "notes.txt", ["nothing here"])
+    df = events(d)
+    assert who(df, "oom") == [(1, 1, None, "torch [rankN]: prefix")] * 3
+    assert sorted(df["source"].str.extract(r"/(node\d\.\w+(?:\.gz)?)!", 1).unique()) == \
+        ["node1.tar", "node2.tar.gz", "node3.zip"]
+    assert not df["text"].str.contains("ustar|PK\x03\x04").any()
+
+
+def test_zip_members_keep_their_time_and_hostile_names_are_noted(tmp_path: Path) -> None:
+    """A zip member's stored date gives its year-less log lines their year; an absolute or
+    '..' name is noted (read in place, never extracted), as for tar members."""
+    archive = tmp_path / "old.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        info = zipfile.ZipInfo("rank1.log", date_time=(2024, 1, 2, 3, 4, 5))
+        zf.writestr(info, f"[rank1]:{WATCHDOG.format(r=1).replace('E1218', 'E1231')}\n")
+        zf.writestr("../../escape.log", "x\n")
+        zf.writestr("/abs/rank2.log", "y\n")
+    job = load([archive])
+    ts = job.events.filter(pl.col("kind") == "watchdog_timeout")["ts"].to_list()
+    assert [t.year for t in ts] == [2023]  # Dec 31 in a file written Jan 2 2024
+    hostile = [n.path for n in job.notes if "never extracted" in n.message]
+    assert sorted(hostile) == [f"{archive}!../../escape.log", f"{archive}!/abs/rank2.log"]
+
+
 def test_many_members_of_a_compressed_tarball_are_read_in_two_passes(tmp_path: Path) -> None:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tf:

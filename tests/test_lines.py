@@ -21,6 +21,9 @@ def test_stacked_launcher_torch_and_c10_prefixes() -> None:
 def test_custom_launcher_template_with_global_rank() -> None:
     info = parse_line("[trainer0|5]:RuntimeError: x", 2024)
     assert (info.rank, info.local_rank, info.cue) == (5, 0, "launcher prefix rank")
+    # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[${role_name}${local_rank}:${rank}]:"
+    info = parse_line("[default2:6]:RuntimeError: x", 2024)
+    assert (info.rank, info.local_rank, info.body) == (6, 2, "RuntimeError: x")
 
 
 def test_mpirun_lightning_and_glog_prefixes() -> None:

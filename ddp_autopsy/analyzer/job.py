@@ -227,15 +227,14 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
     dumps: list[FRDump | DumpFile] = []  # files on disk are read together, after the walk
 
     for _path, tree in iter_inputs([Path(p) for p in paths], notes):
-        bundle = _read_bundle(tree, notes)
-        if bundle is not None:
+        found, loose = _split_bundles(tree, notes)
+        for sub, bundle in found:
             bundles.append(bundle)
-            if use_summaries and _load_summaries(tree, bundle, notes, inputs, summary_frames):
+            if use_summaries and _load_summaries(sub, bundle, notes, inputs, summary_frames):
                 bundle.manifest = {**bundle.manifest, "logs": []}
-            _load_bundle(tree, bundle, notes, inputs, event_rows, stack_rows, env_rows, proc_rows,
+            _load_bundle(sub, bundle, notes, inputs, event_rows, stack_rows, env_rows, proc_rows,
                          dumps)
-            continue
-        for member in tree.members:
+        for member in loose:
             _load_member(member, _context(member),
                          notes, inputs, event_rows, stack_rows, dumps=dumps)
 
@@ -314,37 +313,60 @@ def _load_member(member: Member, ctx: FileContext, notes: list[InputNote],
         with decompressed(member) as fh:
             stats = ScanStats()
             rows = scan_text(fh, ctx, notes, stats)
+            if stats.bytes == 0:
+                notes.append(InputNote(member.display, "empty file (0 bytes)", "info"))
             event_rows.extend(rows)
             inputs.append(InputRecord(member.display, "log", stats.lines, stats.bytes, len(rows)))
     except READ_ERRORS as err:
         notes.append(InputNote(member.display, f"cannot read: {err}", "warning"))
 
 
-def _read_bundle(tree: Tree, notes: list[InputNote]) -> Bundle | None:
-    candidates = [m for m in tree.members if m.relpath.endswith("manifest.json")
-                  and m.relpath.count("/") <= 1]
+#: How deep bundles are looked for: ``DIR/manifest.json`` (a bundle), ``DIR/node1/`` (bundles
+#: side by side), ``DIR/job42/node1/`` (several jobs' bundles).
+BUNDLE_DEPTH = 2
+
+
+def _split_bundles(tree: Tree, notes: list[InputNote]) -> tuple[list[tuple[Tree, Bundle]],
+                                                                  list[Member]]:
+    """The collect bundles in a directory or archive (each as a tree of its own files) and the
+    files outside any bundle. A bundle inside another bundle's directory is part of it."""
+    candidates = sorted((m for m in tree.members
+                         if m.relpath.rsplit("/", 1)[-1] == "manifest.json"
+                         and m.relpath.count("/") <= BUNDLE_DEPTH),
+                        key=lambda m: (m.relpath.count("/"), m.relpath))
+    found: list[tuple[str, Bundle]] = []
     for m in candidates:
+        prefix = m.relpath[: -len("manifest.json")]
+        if any(prefix.startswith(p) for p, _ in found):
+            continue
         try:
             with m.opener() as fh:
                 manifest = json.loads(fh.read(64 << 20))
         except (OSError, ValueError) as err:
             notes.append(InputNote(m.display, f"bundle manifest unreadable: {err}"))
             continue
-        if isinstance(manifest, dict) and str(manifest.get("schema", "")).startswith(
-            BUNDLE_SCHEMA_PREFIX
-        ):
-            prefix = m.relpath[: -len("manifest.json")]
-            if prefix:
-                tree.members = [
-                    Member(x.display, x.relpath[len(prefix):], x.size, x.mtime, x.opener,
-                           x.path)
-                    for x in tree.members if x.relpath.startswith(prefix)
-                ]
-            if not manifest.get("complete", True):
-                notes.append(InputNote(tree.display, "bundle is incomplete (collect was "
-                                                     "interrupted); partial results used"))
-            return Bundle(display=tree.display, manifest=manifest)
-    return None
+        if not (isinstance(manifest, dict) and str(manifest.get("schema", "")).startswith(
+                BUNDLE_SCHEMA_PREFIX)):
+            continue
+        display = m.display[: -len("manifest.json")].rstrip("/!") if prefix else tree.display
+        if not manifest.get("complete", True):
+            notes.append(InputNote(display, "bundle is incomplete (collect was interrupted); "
+                                            "partial results used"))
+        found.append((prefix, Bundle(display=display, manifest=manifest)))
+    if not found:
+        return [], tree.members
+    if found[0][0] == "":  # the tree is one bundle
+        return [(tree, found[0][1])], []
+    subtrees = {p: Tree(display=b.display) for p, b in found}
+    loose: list[Member] = []
+    for x in tree.members:
+        prefix = next((p for p, _ in found if x.relpath.startswith(p)), None)
+        if prefix is None:
+            loose.append(x)
+            continue
+        subtrees[prefix].members.append(
+            Member(x.display, x.relpath[len(prefix):], x.size, x.mtime, x.opener, x.path))
+    return [(subtrees[p], b) for p, b in found], loose
 
 
 def _load_summaries(tree: Tree, bundle: Bundle, notes: list[InputNote],

@@ -40,7 +40,7 @@ from ddp_autopsy.analyzer.timestamps import Reference
 # pdsh / clush: "node7: msg". Hostnames here must hold a digit, '-' or '.' (or be localhost).
 PDSH = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9_.-]{0,62}): ")
 HOSTLIKE = re.compile(r"^(?:localhost|[A-Za-z0-9_]*[0-9.-][A-Za-z0-9_.-]*)$")
-NOT_HOST = re.compile(r"(?:Error|Exception|Warning|Exit|Interrupt)$|^(?:INFO|WARN|WARNING|ERROR|"
+NOT_HOST = re.compile(r"(?i:error|exception|warning|exit|interrupt)$|^(?:INFO|WARN|WARNING|ERROR|"
                       r"DEBUG|CRITICAL|FATAL|NOTE|Note|TODO)$")
 # srun --label: "  3: msg" (the task id, right-aligned).
 SRUN_LABEL = re.compile(r"^ *(?P<task>[0-9]+): ")
@@ -53,8 +53,9 @@ ANY_FILE_PREFIX = r"^(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,62}| *[0-9]+|\[[0-9]+\]): "
 
 # --- prefixes read on every line -------------------------------------------------------------
 # P1 torchrun --tee/--redirects: "[default0]:" = "[<role><local_rank>]:"; custom templates such as
-# "[trainer0|3]:" (role, local rank, global rank) are read too. "[rankN]:" is torch's own (P2/P3).
-LAUNCHER = re.compile(r"^\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)(?:\|(?P<gr>\d+))?\]:\s?")
+# "[trainer0|3]:" or "[trainer0:3]:" (role, local rank, global rank) are read too. "[rankN]:" is
+# torch's own (P2/P3).
+LAUNCHER = re.compile(r"^\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)(?:[|:](?P<gr>\d+))?\]:\s?")
 # Open MPI --tag-output: "[1,3]<stdout>:"
 MPI = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr)>:\s?")
 TORCH_RANK = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")

@@ -136,6 +136,27 @@ PATTERNS: tuple[Pattern, ...] = (
         r"Ranks? (?P<ranks>\d+(?:, \d+)*) failed to pass monitoredBarrier in (?P<ms>\d+) ms",
         ms=int,
     ),
+    # M10, newer wording: the ranks that arrived are named, the missing ones follow from the
+    # world size: "Rank 0 timed out in monitoredBarrier after 2000 ms. Successfully processed
+    # ranks: 1, 2".
+    _p(
+        "monitored_barrier_timeout",
+        "timed out in monitoredBarrier",
+        r"Rank (?P<by>\d+) timed out in monitoredBarrier after (?P<ms>\d+) ms\."
+        r"(?: Successfully processed ranks: (?P<processed>\d+(?:, \d+)*))?",
+        by=int,
+        ms=int,
+    ),
+    # M10, the other ranks: "Rank 2 successfully reached monitoredBarrier, but received errors
+    # while waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank."
+    _p(
+        "monitored_barrier_peer_error",
+        "successfully reached monitoredBarrier",
+        r"Rank (?P<by>\d+) successfully reached monitoredBarrier, but received errors while "
+        r"waiting for send/recv from rank (?P<peer>\d+)",
+        by=int,
+        peer=int,
+    ),
     # --- collectives --------------------------------------------------------------------------
     # M9 (TORCH_DISTRIBUTED_DEBUG=DETAIL)
     _p(
@@ -192,6 +213,29 @@ PATTERNS: tuple[Pattern, ...] = (
         r"#(?P<seq>\d+)",
         done=int,
         seq=int,
+    ),
+    _p(
+        "desync_not_finished",
+        "joined but didn't finish collective",
+        r"\[(?P<ranks>[\d, ]+)\] joined but didn't finish collective #(?P<seq>\d+)",
+        seq=int,
+    ),
+    # "- [0] Timeout at collective: ALLREDUCE, #315": the report's own rank and collective.
+    _p(
+        "desync_timeout_at",
+        "Timeout at collective: ",
+        r"\[(?P<by>\d+)\] Timeout at collective: (?P<op>\w+), #(?P<seq>\d+)",
+        by=int,
+        seq=int,
+    ),
+    # M7: the watchdog itself hung (a CUDA or NCCL call that never returned); the heartbeat
+    # monitor kills the process: "Heartbeat monitor timed out!" (2.2-2.5), "ProcessGroupNCCL's
+    # watchdog got stuck for 600 seconds without making progress ..." (all).
+    _p(
+        "watchdog_hang",
+        ("Heartbeat monitor timed out", "watchdog got stuck for"),
+        r"(?:Heartbeat monitor timed out!|watchdog got stuck for (?P<seconds>\d+) seconds)",
+        seconds=int,
     ),
     _p(
         "desync_never_joined",
@@ -298,10 +342,12 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     # --- NCCL ---------------------------------------------------------------------------------
     # NCCL §2: identity. "NCCL version 2.21.5+cuda12.4" (INFO on every rank from 2.22).
+    # M19: "ProcessGroupNCCL environments: NCCL version: 2.21.5, ..." (TORCH_CPP_LOG_LEVEL=INFO).
     _p(
         "nccl_version",
-        "NCCL version ",
-        r"NCCL version (?P<version>\d+\.\d+\.\d+)(?P<suffix>[^+\s]*)\+cuda(?P<cuda>\d+\.\d+)",
+        ("NCCL version ", "environments: NCCL version: "),
+        r"(?:ProcessGroupNCCL environments: NCCL version: |NCCL version (?=\d+\.\d+\.\d+\S*\+cuda))"
+        r"(?P<version>\d+\.\d+\.\d+)(?:(?P<suffix>[^+\s,]*)\+cuda(?P<cuda>\d+\.\d+))?",
     ),
     # NCCL §3.4: "Mismatched NCCL version detected : rank 3 version 22304 rank 0 version 22703"
     _p(
@@ -373,14 +419,16 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "shm_error",
         ("shared memory segment", "failed to extend", "Could not map", "shared memory file",
-         "insufficient shared memory", "unable to allocate shared memory", "/dev/shm"),
+         "insufficient shared memory", "unable to allocate shared memory", "/dev/shm",
+         "posix_fallocate failed"),
         r"(?:Error: failed to extend (?P<path>\S+) to (?P<bytes>\d+) bytes(?:, error: (?P<err>.+?) "
         r"\((?P<errno>\d+)\))?"
         r"|Error while (?P<op>creating|attaching to) shared memory segment (?P<path2>\S+) "
         r"\(size (?P<size>\d+)\)(?:, error: (?P<err2>.+?) \((?P<errno2>\d+)\))?"
         r"|Error: Could not map (?P<path3>\S+)|failed to create shared memory file"
         r"|insufficient shared memory|[Uu]nable to allocate shared memory"
-        r"|unable to (?:write to|open shared memory object) .*?/dev/shm.*)",
+        r"|unable to (?:write to|open shared memory object) .*?/dev/shm.*"
+        r"|Call to posix_fallocate failed : (?P<err3>.+))",
         errno=int,
         errno2=int,
     ),
@@ -396,6 +444,40 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|Socket recv failed)",
         status=int,
         status2=int,
+    ),
+    # NCCL §3.2: sizes that disagree between ranks (a collective mismatch, NCCL_PROTO/ALGO or
+    # version differences): "NET/Socket : peer 10.0.0.2<4125> message truncated : receiving
+    # 1048576 bytes instead of 65536."
+    _p(
+        "nccl_message_truncated",
+        ("message truncated", "posted incorrect receive info"),
+        r"(?:peer (?P<peer>\S+) message truncated : receiving (?P<got>\d+) bytes instead of "
+        r"(?P<want>\d+)|peer (?P<peer2>\S+) posted incorrect receive info: size (?P<size>\d+))",
+        got=int,
+        want=int,
+        size=int,
+    ),
+    # NCCL §3.3: ranks disagree about the communicator at bootstrap (world size, roots): every
+    # rank then hangs in init. "Bootstrap Root : mismatch in rank count from procs 4 : 8".
+    _p(
+        "nccl_bootstrap_mismatch",
+        ("Bootstrap Root : mismatch", "has already checked in"),
+        r"Bootstrap Root : (?:mismatch in rank count from procs (?P<a>\d+) : (?P<b>\d+)"
+        r"|mismatch in info from procs, nranks (?P<n1>\d+) vs (?P<n2>\d+)"
+        r"|rank (?P<rank>\d+) of (?P<of>\d+) ranks has already checked in)",
+        a=int,
+        b=int,
+        n1=int,
+        n2=int,
+        rank=int,
+        of=int,
+    ),
+    # NCCL §3.7: "Cuda failure 700 'an illegal memory access was encountered'".
+    _p(
+        "cuda_failure",
+        "Cuda failure ",
+        r"Cuda failure (?:(?P<code>\d+) )?'(?P<err>[^']*)'",
+        code=int,
     ),
     _p(
         "nccl_error",

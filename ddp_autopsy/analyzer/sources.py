@@ -23,6 +23,7 @@ import stat
 import subprocess
 import tarfile
 import threading
+import time
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -73,13 +74,17 @@ class Tree:
 
     display: str
     members: list[Member] = field(default_factory=list)
+    #: ``relpath -> member``, for the ``members`` list it was built from (bundles look up
+    #: thousands of files by path).
+    _index: tuple[list[Member], int, dict[str, Member]] | None = field(default=None, repr=False)
 
     def get(self, relpath: str) -> Member | None:
         relpath = relpath.lstrip("./")
-        for m in self.members:
-            if m.relpath == relpath:
-                return m
-        return None
+        if self._index is None or self._index[0] is not self.members or \
+                self._index[1] != len(self.members):
+            self._index = (self.members, len(self.members),
+                           {m.relpath: m for m in reversed(self.members)})  # first one wins
+        return self._index[2].get(relpath)
 
     def read_bytes(self, relpath: str, limit: int = 256 << 20) -> bytes | None:
         m = self.get(relpath)
@@ -154,7 +159,7 @@ def _tar_tree(path: Path, notes: list[InputNote]) -> Tree | None:
             if not info.isfile():
                 continue
             name = _safe_member_name(info.name)
-            if info.name.startswith("/") or ".." in PurePosixPath(info.name).parts:
+            if _hostile_name(info.name):
                 notes.append(InputNote(f"{path}!{info.name}",
                                        "member with an absolute or '..' path: read in place, "
                                        "never extracted", "info"))
@@ -185,11 +190,31 @@ def _zip_tree(path: Path, notes: list[InputNote]) -> Tree | None:
         if info.is_dir():
             continue
         name = _safe_member_name(info.filename)
+        if _hostile_name(info.filename):
+            notes.append(InputNote(f"{path}!{info.filename}",
+                                   "member with an absolute or '..' path: read in place, never "
+                                   "extracted", "info"))
         tree.members.append(
-            Member(f"{path}!{name}", name, info.file_size, None,
+            Member(f"{path}!{name}", name, info.file_size, _zip_mtime(info),
                    lambda zf=zf, info=info: zf.open(info))
         )
     return tree
+
+
+def _hostile_name(name: str) -> bool:
+    """An archive member name that would escape the directory it were extracted to."""
+    posix = name.replace("\\", "/")
+    return posix.startswith("/") or bool(re.match(r"^[A-Za-z]:", posix)) or \
+        ".." in PurePosixPath(posix).parts
+
+
+def _zip_mtime(info: zipfile.ZipInfo) -> float | None:
+    """A zip member's stored time (local time, as zip writes it): it dates the member's log
+    lines that carry no year."""
+    try:
+        return time.mktime((*info.date_time, 0, 0, -1))
+    except (OverflowError, ValueError):
+        return None
 
 
 ARCHIVE_RE = re.compile(r"\.(tar|tar\.gz|tgz|tar\.bz2|tbz2|tar\.xz|txz|tar\.zst|zip)$", re.I)
@@ -508,5 +533,15 @@ def iter_inputs(paths: list[Path], notes: list[InputNote]) -> Iterator[tuple[Pat
         except OSError as err:
             notes.append(InputNote(str(path), f"cannot read: {err.strerror or err}", "error"))
             continue
-        if tree is not None:
-            yield path, tree
+        if tree is None:
+            continue
+        # Archives found in a directory are opened as archives, after it (one level: an
+        # archive inside an archive is read as a file).
+        nested = [m for m in tree.members if m.path is not None and ARCHIVE_RE.search(m.relpath)]
+        if nested:
+            tree.members = [m for m in tree.members if m not in nested]
+        yield path, tree
+        for m in nested:
+            sub = open_tree(Path(m.path), notes)  # type: ignore[arg-type]
+            if sub is not None:
+                yield Path(m.path), sub  # type: ignore[arg-type]

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from ddp_autopsy.analyzer.timestamps import UTC
+
 if TYPE_CHECKING:
     from ddp_autopsy.analyzer.job import Job
 
@@ -292,6 +294,18 @@ def evidence_of(row: dict[str, Any]) -> Evidence:
         text = text[: EVIDENCE_TEXT_LIMIT - 1] + "…"
     return Evidence(path=row["source"], line=row.get("line"), text=text, rank=row.get("rank"),
                     host=row.get("host"))
+
+
+def earliest_first(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Events in the order they happened, as far as their stamps can tell: by time stamp when
+    all stamped rows are on comparable clocks (rows without a stamp last), else in input order
+    — a UTC stamp against a host's local one says nothing about which came first."""
+    rows = list(rows)
+    clocks = {r.get("clock") == UTC for r in rows if r.get("ts") is not None}
+    if len(clocks) > 1:
+        return rows
+    return sorted(rows, key=lambda r: (r.get("ts") is None, r.get("ts") or datetime.min,
+                                       r.get("line") or 0))
 
 
 def first_ts(rows: Iterable[dict[str, Any]]) -> datetime | None:

@@ -42,7 +42,14 @@ from typing import Any
 import polars as pl
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, subject
+from ddp_autopsy.rules.base import (
+    Finding,
+    Rule,
+    earliest_first,
+    evidence_of,
+    first_ts,
+    subject,
+)
 
 #: Exceptions that report somebody else's failure (or the launcher's reaction to it).
 CONSEQUENCE = re.compile(
@@ -98,7 +105,7 @@ class RankCrashed(Rule):
         primary = ranked or ([] if failures or spawns else exceptions)
         roots = [f for f in failures if f["data"].get("root")]
         if primary:
-            primary.sort(key=lambda r: (r["ts"] is None, r["ts"] or 0, r["line"]))
+            primary = earliest_first(primary)
             first = primary[0]
             same = [r for r in primary if r["data"].get("type") == first["data"].get("type")
                     and r["data"].get("msg") == first["data"].get("msg")]
@@ -120,7 +127,7 @@ class RankCrashed(Rule):
             )
             return
         if roots:
-            roots.sort(key=lambda r: (r["ts"] is None, r["ts"] or 0))
+            roots = earliest_first(roots)
             root = roots[0]
             d = root["data"]
             sig = signal_name(d.get("exitcode"))

@@ -5,7 +5,9 @@ Worker processes whose WORLD_SIZE, MASTER_ADDR, MASTER_PORT or TORCHELASTIC_RUN_
 `collect`'s environment snapshots), several processes claiming the same global rank, and a
 framework's view of the job that contradicts the launcher's: e.g. Lightning's "initializing
 ddp: GLOBAL_RANK: 1, MEMBER: 2/4" printed twice for rank 1 while ranks 2 and 3 never appear
-(two nodes both started as ranks 0-1 of a 4-rank job).
+(two nodes both started as ranks 0-1 of a 4-rank job). NCCL's bootstrap root says the same
+when ranks build a communicator of different sizes: "Bootstrap Root : mismatch in rank count
+from procs 4 : 8" (≤2.22), "mismatch in info from procs, nranks 4 vs 8" (2.23+).
 
 ## Why it hangs or kills the job
 Ranks that disagree on the world size or the master wait for peers that will never come (or
@@ -51,6 +53,23 @@ class ConfigMismatch(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         yield from self._env(job)
         yield from self._announcements(job)
+        yield from self._nccl_bootstrap(job)
+
+    def _nccl_bootstrap(self, job: Job) -> Iterator[Finding]:
+        rows = job.rows("nccl_bootstrap_mismatch")
+        if not rows:
+            return
+        d = rows[0]["data"]
+        counts = (f" ({d['a']} vs {d['b']} ranks)" if "a" in d else
+                  f" ({d['n1']} vs {d['n2']} ranks)" if "n1" in d else "")
+        yield self.finding(
+            f"Ranks build NCCL communicators of different sizes{counts}: NCCL's bootstrap root "
+            "refused them, and every rank hangs in init.",
+            evidence=[evidence_of(r) for r in rows[:2]],
+            ranks={r["rank"] for r in rows if r["rank"] is not None},
+            hosts=[r["host"] for r in rows], confidence=0.75,
+            details={"world_sizes": [d[k] for k in ("a", "b", "n1", "n2") if k in d]},
+        )
 
     def _env(self, job: Job) -> Iterator[Finding]:
         if not job.env.height or not job.processes.height:

@@ -3,9 +3,9 @@
 ## What it detects
 The store host waited for clients that never came ("Timed out after 601 seconds waiting for
 clients. 2/3 clients joined."), a store wait timed out on keys that other ranks should have set,
-a monitored barrier named the ranks that did not arrive, a desync report said ranks "never
-joined any collectives", or launcher messages show fewer distinct ranks than the world size
-(e.g. two nodes both starting as ranks 0 and 1 of 4).
+a monitored barrier named the ranks that did not arrive (or, newer, the ones that did), a
+desync report said ranks "never joined any collectives", or launcher messages show fewer
+distinct ranks than the world size (e.g. two nodes both starting as ranks 0 and 1 of 4).
 
 ## Why it hangs or kills the job
 Every collective needs all ranks; with ranks absent, the present ones wait until the timeout.
@@ -53,6 +53,11 @@ class MissingRanks(Rule):
         for r in job.rows("monitored_barrier_failed", "desync_never_joined"):
             named |= set(_ints(r["data"].get("ranks", "")))
             evidence_rows.append(r)
+        # Newer monitoredBarrier wording names the ranks that arrived: the others did not.
+        for r in job.rows("monitored_barrier_timeout"):
+            evidence_rows.append(r)
+            if world and "processed" in r["data"]:
+                named |= set(range(world)) - set(_ints(r["data"]["processed"])) - {r["data"]["by"]}
         clients = [r for r in job.rows("store_clients_timeout")
                    if not job.superseded(r["source"], r["line"])]
         evidence_rows += clients

@@ -3,8 +3,9 @@
 ## What it detects
 The NCCL watchdog's "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=..,
 OpType=..)", its failure summary ("last enqueued work: N, last completed work: M"), and Gloo's
-"Timed out waiting 1800000ms for recv operation to complete", and the watchdog's abort stack
-(`WorkNCCL::checkTimeout`) when the message itself is missing.
+"Timed out waiting 1800000ms for recv operation to complete", the watchdog's abort stack
+(`WorkNCCL::checkTimeout`) when the message itself is missing, and the heartbeat monitor's
+"watchdog got stuck for 600 seconds" (the watchdog itself waited on a hung CUDA/NCCL call).
 
 ## Why it hangs or kills the job
 These ranks were waiting for a peer that did not arrive; the watchdog then aborts them. The
@@ -40,7 +41,8 @@ class CollectiveTimeout(Rule):
     severity = "warning"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        rows = job.rows("watchdog_timeout", "gloo_timeout", "watchdog_summary", "watchdog_abort")
+        rows = job.rows("watchdog_timeout", "gloo_timeout", "watchdog_summary", "watchdog_abort",
+                        "watchdog_hang")
         if not rows:
             return
         ranks = ranks_of(rows)

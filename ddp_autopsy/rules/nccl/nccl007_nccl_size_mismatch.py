@@ -1,0 +1,55 @@
+"""NCCL received a message of another size than it expected: ranks disagree on a collective.
+
+## What it detects
+NCCL's "NET/Socket : peer 10.0.0.2<4125> message truncated : receiving 1048576 bytes instead of
+65536" (2.12.10+) and its InfiniBand form "peer … posted incorrect receive info: size …".
+
+## Why it hangs or kills the job
+A truncated message means two ranks ran the same collective with different sizes (a tensor
+shaped differently on one rank, a collective one rank skipped so the next one pairs with
+another), or with different NCCL_PROTO / NCCL_ALGO settings or NCCL versions: NCCL fails the
+operation with ncclInvalidUsage.
+
+## Evidence
+The NCCL warning, with the peer and both sizes.
+
+## Remedy
+Compare what each rank runs at that step (TORCH_DISTRIBUTED_DEBUG=DETAIL names the first
+differing collective, op, shape and dtype); make NCCL_PROTO, NCCL_ALGO and the NCCL version the
+same on every rank.
+
+## Example
+```
+[rank1]:gpu2:4021:4130 [1] transport/net_socket.cc:544 NCCL WARN NET/Socket : peer 10.0.0.1<43561> message truncated : receiving 1048576 bytes instead of 65536. If you believe your socket network is in healthy state,     there may be a mismatch in collective sizes or environment settings (e.g. NCCL_PROTO, NCCL_ALGO) between ranks
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of, subject
+
+
+class NcclSizeMismatch(Rule):
+    code = "NCCL007"
+    slug = "nccl-size-mismatch"
+    cause = "collective_mismatch"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        truncated = job.rows("nccl_message_truncated")
+        if truncated:
+            d = truncated[0]["data"]
+            sizes = (f": {d['got']} bytes arrived where {d['want']} were expected"
+                     if "got" in d and "want" in d else "")
+            ranks = ranks_of(truncated)
+            yield self.finding(
+                f"{subject(ranks, 'A rank')} received an NCCL message of the wrong size{sizes}: "
+                "ranks ran a collective with different sizes (or different NCCL_PROTO / "
+                "NCCL_ALGO settings or NCCL versions).",
+                evidence=[evidence_of(r) for r in truncated[:2]], ranks=ranks,
+                hosts=[r["host"] for r in truncated], confidence=0.8, ts=first_ts(truncated),
+                details={k: d.get(k) for k in ("peer", "got", "want") if k in d},
+            )

@@ -1,0 +1,158 @@
+"""Every message family the catalog reads, one real line each (wordings from
+shared/research/pytorch-messages.md and nccl-messages.md, several versions where they differ):
+each line becomes its event kind with its fields, through the same scanner `analyze` uses."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime
+
+import pytest
+
+from ddp_autopsy.analyzer.events import FileContext, scan_text
+from ddp_autopsy.analyzer.patterns import PATTERNS
+
+EXAMPLES: list[tuple[str, str, dict]] = [
+    # rendezvous / TCPStore / sockets
+    ("port_in_use", "[W socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 "
+     "(errno: 98 - Address already in use).", {}),
+    ("unresolved_host", "[W socket.cpp:697] [c10d] The IPv6 network addresses of (nodeX, 29500) "
+     "cannot be retrieved (gai error: -2 - Name or service not known).", {}),
+    ("unresolved_host", "socket.gaierror: [Errno -2] Name or service not known", {}),
+    ("run_start", "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4", {"rank": 1, "world": 4}),
+    ("connect_timeout", "torch.distributed.DistNetworkError: The client socket has timed out after "
+     "60s while trying to connect to (10.0.0.1, 29500).", {}),
+    ("connect_failed", "RuntimeError: The client socket has failed to connect to any network "
+     "address of (10.0.0.1, 29500).", {}),
+    ("store_clients_timeout", "torch.distributed.DistStoreError: Timed out after 601 seconds "
+     "waiting for clients. 2/3 clients joined.", {"joined": 2, "world": 3}),
+    ("store_wait_timeout", "RuntimeError: wait timeout after 30000ms, keys: /default_pg/0//cuda//0",
+     {"ms": 30000}),
+    ("monitored_barrier_failed", "RuntimeError: [Rank 0]: Ranks 1, 3 failed to pass "
+     "monitoredBarrier in 1800000 ms", {"ranks": "1, 3", "ms": 1800000}),
+    ("monitored_barrier_timeout", "RuntimeError: Rank 0 timed out in monitoredBarrier after 2000 "
+     "ms. Successfully processed ranks: 1, 2", {"by": 0, "ms": 2000, "processed": "1, 2"}),
+    ("monitored_barrier_peer_error", "RuntimeError: Rank 2 successfully reached monitoredBarrier, "
+     "but received errors while waiting for send/recv from rank 0. Please check rank 0 logs for "
+     "faulty rank.", {"by": 2, "peer": 0}),
+    # collectives and the watchdog
+    ("collective_fingerprint_mismatch", "RuntimeError: Detected mismatch between collectives on "
+     "ranks. Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=5, "
+     "OpType=ALLREDUCE, TensorShape=[10], TensorDtypes=Float, TensorDeviceTypes=cuda), but Rank 1 "
+     "is running collective: CollectiveFingerPrint(SequenceNumber=5, OpType=BROADCAST, "
+     "TensorShape=[10], TensorDtypes=Float, TensorDeviceTypes=cuda).Collectives differ in the "
+     "following aspects: 	 Op type: ALLREDUCEvs BROADCAST", {"r1": 0, "r2": 1}),
+    ("watchdog_timeout", "[rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:616] [Rank 0] "
+     "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, "
+     "NumelIn=131072000, NumelOut=131072000, Timeout(ms)=600000) ran for 600081 milliseconds "
+     "before timing out.", {"seq": 1, "op": "BROADCAST", "timeout_ms": 600000}),
+    ("watchdog_timeout", "[Rank 3] Watchdog caught collective operation timeout: "
+     "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800478 milliseconds "
+     "before timing out.", {"seq": 7, "op": "ALLREDUCE"}),  # ~1.10-2.1
+    ("watchdog_summary", "[PG ID 1 PG GUID 1 Rank 1]  failure detected by watchdog at work "
+     "sequence id: 1 PG status: last enqueued work: 547, last completed work: -1",
+     {"seq": 1, "enqueued": 547, "completed": -1}),
+    ("watchdog_summary", "[PG 1 Rank 0] Exception (either an error or timeout) detected by "
+     "watchdog at work: 1580, last enqueued NCCL work: 1582, last completed NCCL work: 1579.",
+     {"seq": 1580, "enqueued": 1582, "completed": 1579}),  # 2.4-2.6
+    ("watchdog_abort", "Exception raised from checkTimeout at "
+     "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:632 (most recent call first):", {}),
+    ("desync_timeout_at", "         - [0] Timeout at collective: ALLREDUCE, #315",
+     {"by": 0, "op": "ALLREDUCE", "seq": 315}),
+    ("desync_not_joined", "             [7] finished collective #182, but didn't join collective "
+     "#183 (count from 1)", {"ranks": "7", "done": 182, "seq": 183}),
+    ("desync_not_finished", "             [2, 5] joined but didn't finish collective #90 (count "
+     "from 1)", {"ranks": "2, 5", "seq": 90}),
+    ("desync_never_joined", "ranks [3] are the lagging ranks that caused this timeout. They never "
+     "joined any collectives", {"ranks": "3"}),
+    ("watchdog_hang", "[PG 0 Rank 1] Heartbeat monitor timed out! Process will be terminated after "
+     "dumping debug info. workMetaList_.size()=103", {}),
+    ("watchdog_hang", "[F1023 10:52:25.404000 ProcessGroupNCCL.cpp:1224] [PG ID 0 PG GUID 0(default"
+     "_pg) Rank 6] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress "
+     "in monitoring enqueued collectives.", {"seconds": 480}),
+    ("gloo_timeout", "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+     "Timed out waiting 12000ms for recv operation to complete", {"ms": 12000, "op": "recv"}),
+    ("gloo_connect_failure", "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/"
+     "gloo/transport/tcp/pair.cc:144] timed out connecting: SO_ERROR: Connection refused, "
+     "remote=[127.0.0.1]:21926", {"addr": "127.0.0.1", "port": 21926}),
+    ("init_file_url", "| distributed init (rank 1): file:///nfs/job/dist_init",
+     {"path": "/nfs/job/dist_init"}),
+    ("peer_closed", "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] "
+     "Connection closed by peer [10.0.0.2]:8594", {}),
+    ("peer_closed", "[W socket.cpp:1] [c10d] recvValue failed on SocketImpl(fd=86, "
+     "addr=[localhost]:54074, remote=[localhost]:29500): Failed to recv, got 0 bytes. Connection "
+     "was likely closed. Did the remote server shutdown or crash?", {}),
+    ("closing_signal", "W1026 03:51:31.222000 2521679 torch/distributed/elastic/multiprocessing/"
+     "api.py:908] Sending process 2521733 closing signal SIGTERM", {}),
+    ("oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", {}),
+    ("unused_parameters", "RuntimeError: Expected to have finished reduction in the prior "
+     "iteration before starting a new one.", {}),
+    # NCCL
+    ("nccl_version", "gpu1:4242:4242 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+     {"version": "2.21.5", "cuda": "12.4"}),
+    ("nccl_version", "[I1122 10:00:00.000000000 ProcessGroupNCCL.cpp:950] [PG ID 0 PG GUID 0 Rank "
+     "0] ProcessGroupNCCL environments: NCCL version: 2.21.5, TORCH_NCCL_ASYNC_ERROR_HANDLING: 3",
+     {"version": "2.21.5"}),
+    ("nccl_version_mismatch", "gpu2:1:1 [1] init.cc:1 NCCL WARN Mismatched NCCL version detected "
+     ": rank 3 version 22304 rank 0 version 22703", {"r1": 3, "r2": 0}),
+    ("nccl_interface", "gpu1:4242:4242 [0] NCCL INFO Bootstrap : Using eth0:10.1.2.3<0>",
+     {"ifname": "eth0", "addr": "10.1.2.3"}),
+    ("nccl_connect_failure", "gpu1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
+     "exceeded retries (35)", {"n": "35"}),
+    ("no_socket_interface", "gpu1:1:1 [0] NCCL WARN Bootstrap : no socket interface found", {}),
+    ("duplicate_gpu", "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 2000",
+     {"r1": 0, "r2": 1}),
+    ("shm_error", "gpu1:1:1 [0] include/shm.h:48 NCCL WARN Error: failed to extend "
+     "/dev/shm/nccl-03v824 to 9637892 bytes, error: No space left on device (28)",
+     {"errno": 28}),
+    ("shm_error", "gpu1:1:1 [0] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No "
+     "space left on device", {"err3": "No space left on device"}),  # <= 2.11
+    ("network_error", "gpu3:1:9 [0] NCCL WARN socketProgressOpt: Call to recv from 10.0.0.2<4563> "
+     "failed : Connection reset by peer", {}),
+    ("nccl_message_truncated", "gpu2:4021:4130 [1] transport/net_socket.cc:544 NCCL WARN "
+     "NET/Socket : peer 10.0.0.1<43561> message truncated : receiving 1048576 bytes instead of "
+     "65536. If you believe your socket network is in healthy state,     there may be a mismatch "
+     "in collective sizes or environment settings (e.g. NCCL_PROTO, NCCL_ALGO) between ranks",
+     {"got": 1048576, "want": 65536}),
+    ("nccl_bootstrap_mismatch", "gpu1:7:9 [0] bootstrap.cc:254 NCCL WARN Bootstrap Root : mismatch "
+     "in rank count from procs 4 : 8", {"a": 4, "b": 8}),
+    ("nccl_bootstrap_mismatch", "gpu1:7:9 [0] NCCL WARN Bootstrap Root : mismatch in info from "
+     "procs, nranks 4 vs 8, nroots 1 vs 1, iroot 0 vs 0", {"n1": 4, "n2": 8}),
+    ("cuda_failure", "gpu1:1:1 [0] enqueue.cc:1 NCCL WARN Cuda failure 700 'an illegal memory "
+     "access was encountered'", {"code": 700, "err": "an illegal memory access was encountered"}),
+    ("nccl_error", "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"
+     "c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for "
+     "details), NCCL version 2.19.3", {"version": "2.19.3"}),
+]
+
+
+def classify(line: str) -> list[tuple[str, dict]]:
+    ctx = FileContext("example.log", 2026, ref_time=datetime(2026, 11, 22))
+    rows = scan_text(io.BytesIO(line.encode() + b"\n"), ctx, [])
+    return [(r["kind"], json.loads(r["data"]) if r["data"] else {}) for r in rows]
+
+
+@pytest.mark.parametrize(("kind", "line", "fields"), EXAMPLES,
+                         ids=[f"{k}-{i}" for i, (k, _, _) in enumerate(EXAMPLES)])
+def test_each_family_becomes_its_event(kind: str, line: str, fields: dict) -> None:
+    events = classify(line)
+    got = [d for k, d in events if k == kind]
+    assert got, f"{kind} not found in {events}"
+    for name, value in fields.items():
+        assert got[0].get(name) == value, (name, got[0])
+
+
+#: Kinds whose lines are multi-line blocks or context-dependent, tested elsewhere.
+ELSEWHERE = {"traceback": "test_layouts / test_engine (tracebacks)",
+             "worker_failed": "test_attribution (torchelastic blocks)",
+             "spawn_failed": "rank_crash_spawn scenario", "agent_signal": "scenarios",
+             "rank_local_work": "test_rank_local_work", "connect_retry": "scenarios",
+             "rdzv_connection_error": "rule examples", "backend_device_mismatch": "ENV003 example",
+             "socket_ifname": "NCCL001 example"}
+
+
+def test_every_kind_has_an_example_here_or_is_tested_elsewhere() -> None:
+    kinds = {p.kind for p in PATTERNS}
+    covered = {k for k, _, _ in EXAMPLES} | set(ELSEWHERE)
+    assert kinds - covered == set()
