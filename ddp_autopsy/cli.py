@@ -1,6 +1,6 @@
-"""Command line: ``ddp-autopsy analyze | report | collect | demo | rules | rule``.
+"""Command line: ``ddp-autopsy analyze | report | inspect | grep | collect | demo | rules | rule``.
 
-Exit codes (docs/cli.md): 0 the command ran (whatever the verdict); 2 usage error; 3 nothing
+Exit codes (docs/json.md): 0 the command ran (whatever the verdict); 2 usage error; 3 nothing
 in the inputs could be read.
 """
 
@@ -16,6 +16,7 @@ from ddp_autopsy import __version__
 from ddp_autopsy.collectors.command import collect_command
 
 EXIT_OK = 0
+EXIT_NO_MATCH = 1  # grep only
 EXIT_USAGE = 2
 EXIT_NO_INPUT = 3
 
@@ -110,6 +111,50 @@ def inspect(paths: tuple[Path, ...], out: Path) -> None:
         frame = job.frame(name)
         frame.write_parquet(out / f"{name}.parquet")
         click.echo(f"{out / (name + '.parquet')}: {frame.height} rows")
+
+
+@main.command()
+@click.argument("pattern")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--rank", type=int, help="Only lines known to come from this rank.")
+@click.option("-i", "--ignore-case", is_flag=True, help="Match regardless of case.")
+@click.option("--max", "limit", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Stop after this many lines.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+def grep(pattern: str, paths: tuple[Path, ...], rank: int | None, ignore_case: bool, limit: int,
+         fmt: str) -> None:
+    """Search every line of the inputs (any layout, archives in place) for a regex, with the
+    rank each line comes from. Exit code 1 when nothing matched, as grep's."""
+    from ddp_autopsy.analyzer.grep import check_pattern
+    from ddp_autopsy.analyzer.grep import grep as search
+    from ddp_autopsy.analyzer.sources import InputNote
+
+    if ignore_case:
+        pattern = f"(?i){pattern}"
+    problem = check_pattern(pattern)
+    if problem:
+        click.echo(f"ddp-autopsy: not a usable regex: {problem}", err=True)
+        sys.exit(EXIT_USAGE)
+    notes: list[InputNote] = []
+    hits = []
+    for hit in search(paths, pattern, notes, rank=rank):
+        if len(hits) == limit:
+            notes.append(InputNote("(output)", f"more than {limit} lines matched: the first "
+                                               f"{limit} are shown (--max)", "info"))
+            break
+        hits.append(hit)
+        if fmt == "text":
+            who = f" [rank {hit.rank}]" if hit.rank is not None else ""
+            click.echo(f"{hit.path}:{hit.line}{who}: {hit.text}")
+    if fmt == "json":
+        click.echo(json.dumps({"schema": "ddp-autopsy/grep/1", "pattern": pattern,
+                               "hits": [h.to_dict() for h in hits],
+                               "notes": [n.to_dict() for n in notes]}, indent=2))
+    else:
+        for n in notes:
+            click.echo(f"ddp-autopsy: {n.path}: {n.message}", err=True)
+    sys.exit(EXIT_OK if hits else EXIT_NO_MATCH)
 
 
 @main.command("rules")
