@@ -34,7 +34,7 @@ def _analyze(paths: tuple[Path, ...], raw_logs: bool = False, progress: bool = T
 
     with reading.reading(enabled=progress):
         job = load(list(paths), use_summaries=not raw_logs)
-    if not job.inputs:
+    if not job.readable:
         for note in job.notes:
             click.echo(f"ddp-autopsy: {note.path}: {note.message}", err=True)
         click.echo("ddp-autopsy: nothing readable in the given paths", err=True)
@@ -101,7 +101,7 @@ def inspect(paths: tuple[Path, ...], out: Path) -> None:
 
     with progress.reading():
         job = load(list(paths))
-    if not job.inputs:
+    if not job.readable:
         for note in job.notes:
             click.echo(f"ddp-autopsy: {note.path}: {note.message}", err=True)
         sys.exit(EXIT_NO_INPUT)

@@ -93,9 +93,14 @@ def test_a_log_of_nothing_but_exceptions(tmp_path: Path) -> None:
     took minutes when every line's restart check filtered all events.)"""
     lines = [f"[rank{i % 8}]: RuntimeError: boom number {i}" for i in range(30_000)]
     (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
-    verdict = run(load([tmp_path])).verdict
+    job = load([tmp_path])
+    verdict = run(job).verdict
     assert verdict is not None and verdict.cause == "rank_crashed" and verdict.ranks == [0]
     assert "boom number 0" in verdict.summary
+    # Memory stays bounded: the earliest 20,000 of a kind are kept, the rest counted.
+    assert job.events.height == 20_000
+    assert [n.message for n in job.notes] == [
+        "10000 more 'exception' lines after the first 20000 were counted, not kept"]
 
 
 def test_stamps_on_clocks_that_cannot_be_compared_do_not_order_crashes(tmp_path: Path) -> None:

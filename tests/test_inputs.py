@@ -42,8 +42,20 @@ def test_binary_file_is_noted_and_skipped(tmp_path: Path) -> None:
     (tmp_path / "core.12345").write_bytes(b"\x7fELF\x00\x00\x01" * 1000)
     (tmp_path / "train.log").write_text(PORT_LINE)
     job = load([tmp_path])
-    assert "binary file" in _notes(job)
+    assert "binary file" in _notes(job) and "empty" not in _notes(job)
+    assert {Path(i.path).name: i.kind for i in job.inputs} == {"core.12345": "skipped",
+                                                               "train.log": "log"}
     assert run(job).verdict.cause == "port_in_use"
+
+
+def test_only_unreadable_inputs_exit_3(tmp_path: Path) -> None:
+    """A binary file alone is nothing readable: exit 3 with the reason, as for a missing path."""
+    import sys
+
+    (tmp_path / "core.1").write_bytes(bytes(range(256)) * 40)
+    res = subprocess.run([sys.executable, "-m", "ddp_autopsy", "analyze", str(tmp_path / "core.1")],
+                         capture_output=True, text=True)
+    assert res.returncode == 3 and "binary file" in res.stderr
 
 
 def test_invalid_utf8_is_replaced_and_still_parsed(tmp_path: Path) -> None:

@@ -241,6 +241,29 @@ class _State:
     #: Per stream: the line after a traceback frame line, and that frame line's indent (the
     #: echoed source line is indented deeper; an exception line is not).
     code_line: dict[tuple[Any, Any], tuple[int, int]] = field(default_factory=dict)
+    #: Events beyond MAX_EVENTS_PER_KIND, per kind: counted, not kept.
+    dropped: dict[str, int] = field(default_factory=dict)
+    kept: dict[str, int] = field(default_factory=dict)
+    prune_at: int = 0
+
+
+#: Events kept per source and kind (the earliest); the rest are counted in a note. A log of
+#: nothing but errors would otherwise hold every line in memory.
+MAX_EVENTS_PER_KIND = 20_000
+
+
+def _prune(events: list[dict[str, Any]], state: _State, start: int) -> None:
+    """Drop the events from ``start`` on whose kind already has its quota."""
+    kept, dropped = state.kept, state.dropped
+    out = events[:start]
+    for e in events[start:]:
+        k = e["kind"]
+        if kept.get(k, 0) < MAX_EVENTS_PER_KIND:
+            kept[k] = kept.get(k, 0) + 1
+            out.append(e)
+        else:
+            dropped[k] = dropped.get(k, 0) + 1
+    events[:] = out
 
 
 def _looks_binary(head: bytes) -> bool:
@@ -454,6 +477,9 @@ def scan_text(
             stats.candidates += cands.height
             for line, raw, found in _found(cands):
                 _classify(line_no + line + 1, raw.rstrip("\r"), found, ctx, state, events)
+            if len(events) > state.prune_at + MAX_EVENTS_PER_KIND:
+                _prune(events, state, state.prune_at)
+                state.prune_at = len(events)
             line_no += sifted.frame.height
             if report is not None:
                 report(ctx.display, size)
@@ -461,6 +487,11 @@ def scan_text(
         notes.append(InputNote(ctx.display, f"read stopped after line {line_no} "
                                             f"(truncated or corrupt: {err})"))
     _flush_elastic(state, ctx, events)
+    _prune(events, state, state.prune_at)
+    for kind, n in sorted(state.dropped.items()):
+        notes.append(InputNote(ctx.display, f"{n} more '{kind}' lines after the first "
+                                            f"{MAX_EVENTS_PER_KIND} were counted, not kept",
+                               "info"))
     stats.lines += line_no
     return events
 

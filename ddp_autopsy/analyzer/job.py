@@ -120,6 +120,11 @@ class Job:
     def frame(self, name: str) -> pl.DataFrame:
         return getattr(self, name)
 
+    @property
+    def readable(self) -> bool:
+        """Whether anything in the inputs could be read (not only skipped files)."""
+        return any(rec.kind != "skipped" for rec in self.inputs)
+
     def has(self, name: str) -> bool:
         """Whether the inputs held this kind of data (logs that matched nothing still count:
         rules over ``events`` then rule out rather than go unevaluated)."""
@@ -312,7 +317,11 @@ def _load_member(member: Member, ctx: FileContext, notes: list[InputNote],
                 return
         with decompressed(member) as fh:
             stats = ScanStats()
+            noted = len(notes)
             rows = scan_text(fh, ctx, notes, stats)
+            if stats.bytes == 0 and any(n.path == member.display for n in notes[noted:]):
+                inputs.append(InputRecord(member.display, "skipped"))  # binary: the note says
+                return
             if stats.bytes == 0:
                 notes.append(InputNote(member.display, "empty file (0 bytes)", "info"))
             event_rows.extend(rows)
