@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from ddp_autopsy.cli import main
@@ -28,6 +29,55 @@ def test_text_verdict_first_with_evidence(tmp_path: Path) -> None:
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert lines[1].startswith("VERDICT") and "address already in use" in lines[1]
     assert f"{log}:2" in result.output
+
+
+def _sections(output: str) -> dict[str, list[str]]:
+    """The text report's lines by section: "head" (up to "Other findings"), then one list
+    per section title (an unindented line)."""
+    sections: dict[str, list[str]] = {"head": []}
+    current = "head"
+    for line in output.splitlines():
+        if line in ("Other findings", "Not examined"):
+            current = line
+            sections[current] = []
+        else:
+            sections[current].append(line)
+    return sections
+
+
+@pytest.mark.scenario("rank_crash_exception")
+def test_text_marks_symptoms_and_lists_what_was_not_examined(tmp_path: Path,
+                                                             scenario_run) -> None:
+    console = scenario_run("rank_crash_exception").console  # a real torchrun crash log
+    core = tmp_path / "core.4242"  # a core dump that matched a log glob
+    core.write_bytes(bytes(range(256)) * 64)
+    ckpt = tmp_path / "model.pt"
+    ckpt.write_bytes(b"PK\x03\x04" + bytes(512))
+    args = ["analyze", str(console), str(core), str(ckpt)]
+    result = CliRunner().invoke(main, [*args, "--no-color"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(CliRunner().invoke(main, [*args, "--format", "json"]).output)
+    verdict = data["verdict"]
+    assert verdict["cause"] == "rank_crashed"
+    sections = _sections(result.output)
+    assert list(sections) == ["head", "Other findings", "Not examined"], list(sections)
+    assert any(ln.startswith("VERDICT") for ln in sections["head"])
+
+    # Every symptom is listed as a symptom of the verdict, each with one file:line.
+    other = sections["Other findings"]
+    symptoms = [f for f in data["findings"] if f["role"] == "symptom"]
+    assert {f["rule"] for f in symptoms} >= {"SYM002"}  # ranks 0-1 lost their peer
+    for f in symptoms:
+        head = f"  {f['id']} [symptom of {verdict['id']}] {f['summary']}"
+        i = next((i for i, ln in enumerate(other) if ln.startswith(head)), None)
+        assert i is not None, f"{head!r} not in\n" + "\n".join(other)
+        ev = f["evidence"][0]
+        assert other[i + 1].strip().startswith(f"{ev['path']}:{ev['line']}  ")
+
+    # Inputs that were not read, each with its reason.
+    skipped = sections["Not examined"]
+    assert f"  {core}: binary file (NUL bytes), not read as a log" in skipped
+    assert f"  {ckpt}: not a log (by its file type), skipped" in skipped
 
 
 def test_log_text_is_not_rich_markup(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 from click.testing import CliRunner
+from scenarios.runner import SCENARIOS
+from test_scenario_verdicts import user_inputs
 
 from ddp_autopsy.cli import main
 
@@ -27,6 +29,23 @@ def _analyze_json(*paths: Path) -> dict:
 @pytest.mark.parametrize("case", CASES, ids=lambda p: p.name)
 def test_output_validates(case: Path) -> None:
     jsonschema.validate(_analyze_json(case), SCHEMA)
+
+
+@pytest.mark.scenario
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_scenario_output_validates(name: str, scenario_run) -> None:
+    """Real jobs' output (the session's cached scenario runs) through the real CLI."""
+    sr = scenario_run(name)
+    assert sr.error is None, f"{name}: the scenario itself went wrong: {sr.error}"
+    out = _analyze_json(*user_inputs(sr))
+    jsonschema.validate(out, SCHEMA)
+    # What the schema cannot say: root causes first, the verdict is the first of them.
+    roles = [f["role"] for f in out["findings"]]
+    assert roles == sorted(roles, key=lambda r: r != "root_cause"), roles
+    first = out["findings"][0] if roles and roles[0] == "root_cause" else None
+    assert out["verdict"] == first
+    assert (first or {}).get("cause") == sr.expect["cause"]
+    assert out["inputs"], f"{name}: no inputs listed"
 
 
 def test_verdict_is_the_first_root_cause(tmp_path: Path) -> None:
