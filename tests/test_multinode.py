@@ -95,6 +95,16 @@ def test_two_bundles_merge_into_one_job(tmp_path: Path) -> None:
         by_rank = {r["rank"]: r["hosts"] for r in job.ranks.iter_rows(named=True)}
         assert by_rank == {0: ["node-a"], 1: ["node-a"], 2: ["node-b"], 3: ["node-b"]}
         assert verdict.hosts == ["node-b"]
+    # The bundles side by side in one directory (a bundle dir and a tarball): the same job.
+    together = tmp_path / "autopsy"
+    together.mkdir()
+    for b in bundles:
+        b.rename(together / b.name)
+    job2 = load([together])
+    assert len(job2.bundles) == 2 and sorted(job2.ranks["rank"].to_list()) == [0, 1, 2, 3]
+    verdict2 = run(job2).verdict
+    assert verdict2 is not None and verdict2.ranks == [3] and verdict2.cause == verdict.cause
+    bundles = [together / b.name for b in bundles]
     # Each bundle alone sees only its node: node 0 cannot name the culprit from stacks.
     alone = run(load([bundles[0]])).verdict
     assert alone is None or alone.ranks != [3]
