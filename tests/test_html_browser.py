@@ -3,8 +3,9 @@
 Reports are built from real scenario runs (``stuck_in_eval``: a collect bundle of a hung job;
 ``rank_crash_exception``: a torchrun console, with an XSS probe planted in the exception
 message), from a fixture hang whose stack frame holds the probe, and from a synthetic 4096-rank
-job (size and load-time bound). Screenshots (light, dark, JavaScript off, print) are written to
-``tests/artifacts/html/``; the 4096-rank measurements to ``tests/artifacts/html/bound.json``.
+job (size and load-time bound). Screenshots (light, dark, JavaScript off, print) and a PDF printed
+with a dark preference and JavaScript off are written to ``tests/artifacts/html/``; the 4096-rank
+measurements to ``tests/artifacts/html/bound.json``.
 
 Skipped only when Chromium or the playwright package is missing
 (``apt-get install chromium``; ``pip install playwright``; never ``playwright install``).
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_html_report import PROBE, analyse, write_big, write_hang
+from test_html_report import PROBE, analyse, write_big, write_hang, write_probe_bundle
 
 from ddp_autopsy.reports import html
 
@@ -120,6 +121,13 @@ def crash_with_probe(scenario_run: Callable[[str], Any],
     return write_report([root / "console.log"], root / "report.html")
 
 
+@pytest.fixture(scope="module")
+def probe_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bundle with the probe in its host name, paths, a thread name and a frame's file."""
+    root = tmp_path_factory.mktemp("probe_bundle")
+    return write_report([write_probe_bundle(root / "job")], root / "report.html")
+
+
 REAL = [pytest.param("stuck_in_eval", marks=pytest.mark.scenario("stuck_in_eval")),
         pytest.param("crash_with_probe", marks=pytest.mark.scenario("rank_crash_exception")),
         "fixture_hang"]
@@ -154,7 +162,42 @@ def test_report_opens_cleanly_light_dark_and_without_js(
     shoot(page, f"{name}-print")
 
 
-@pytest.mark.parametrize("name", REAL[1:])
+LIGHT = ("rgb(255, 255, 255)", "rgb(28, 33, 40)")  # --bg, --fg of the light palette
+FOLDED = ("[...document.querySelectorAll('details:not([open])')].flatMap(d => [...d.children]"
+          ".filter(c => c.tagName !== 'SUMMARY')).map(c => c.checkVisibility()"
+          " && c.getBoundingClientRect().height > 0)")
+COLOURS = ("[getComputedStyle(document.body).backgroundColor, getComputedStyle(document.body)"
+           ".color, getComputedStyle(document.documentElement).colorScheme]")
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_print_is_light_and_unfolded_without_js(
+        name: str, request: pytest.FixtureRequest, open_page: Callable[..., Opened]) -> None:
+    """A reader who prefers dark, with JavaScript off, prints: paper gets the light palette
+    and every folded part (no beforeprint handler runs)."""
+    path: Path = request.getfixturevalue(name)
+    opened = open_page(path, scheme="dark", js=False)
+    page = opened.page
+    assert page.evaluate(COLOURS)[:2] != list(LIGHT)  # dark on screen
+    folded = page.evaluate(FOLDED)
+    assert folded and not any(folded)  # something is folded, and hidden on screen
+    page.emulate_media(media="print", color_scheme="dark")
+    assert page.evaluate("matchMedia('print and (prefers-color-scheme: dark)').matches")
+    assert page.evaluate("CSS.supports('selector(::details-content)')")
+    assert page.evaluate(COLOURS) == [*LIGHT, "light"]
+    assert all(page.evaluate(FOLDED))
+    assert page.locator("details:not([open]) h4, details:not([open]) dl").first.is_visible()
+    shoot(page, f"{name}-print-dark-nojs")
+    page.pdf(path=str(ARTIFACTS / f"{name}-print-dark-nojs.pdf"), print_background=True)
+    # Dark chosen with the theme switch (data-theme="dark"): paper is light too.
+    page.evaluate("document.documentElement.setAttribute('data-theme', 'dark')")
+    assert page.evaluate(COLOURS) == [*LIGHT, "light"]
+    page.emulate_media(media="screen")
+    assert page.evaluate(COLOURS)[:2] != list(LIGHT)
+    assert opened.errors == [], opened.errors
+
+
+@pytest.mark.parametrize("name", [*REAL[1:], "probe_bundle"])
 def test_xss_probe_stays_inert(name: str, request: pytest.FixtureRequest,
                                open_page: Callable[..., Opened], tmp_path: Path) -> None:
     path: Path = request.getfixturevalue(name)

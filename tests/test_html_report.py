@@ -11,20 +11,25 @@ import hashlib
 import json
 import re
 import time
+from datetime import datetime, timedelta
 from html import unescape
 from pathlib import Path
 
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from markupsafe import escape
 
+from ddp_autopsy.analyzer.events import EVENT_SCHEMA
 from ddp_autopsy.analyzer.job import ENV_SCHEMA, Bundle, load
 from ddp_autopsy.cli import main as cli
 from ddp_autopsy.reports import html, json_report
 from ddp_autopsy.rules.engine import Analysis, run
 
-#: Planted in log lines, stack frames and env values; must stay inert text everywhere.
+#: Planted in log lines, stack frames, env values, host and thread names and file paths; must
+#: stay inert text everywhere.
 PROBE = '<script>window.__xss=1</script>"><img src=x onerror="window.__xss=2">'
+ESCAPED = str(escape(PROBE))
 SECRET = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
 MB = 1 << 20
 
@@ -81,6 +86,54 @@ def write_crash(root: Path) -> Path:
     return root
 
 
+def _json_frames(frames: list[tuple[str, str, int]]) -> list[dict[str, object]]:
+    return [{"name": f, "filename": fl, "short_filename": fl, "line": ln} for f, fl, ln in frames]
+
+
+def write_probe_bundle(root: Path, world: int = 4, odd: int = 2) -> Path:
+    """A collect bundle (the layout ``collect`` writes) with the probe in its host name, in
+    its own path (the ``/`` in the probe makes two directories, so every path under it holds
+    the probe whole), in a thread name on every rank and in the file name of rank ``odd``'s
+    innermost frame. The others wait in all_reduce; the console log has their timeouts."""
+    bundle = root / PROBE / "bundle"
+    wait = [("all_reduce", "torch/distributed/distributed_c10d.py", 3252),
+            ("main", "train.py", 48), ("<module>", "train.py", 60)]
+    odd_frames = [("evaluate", f"{PROBE}/eval.py", 30), ("main", "train.py", 52),
+                  ("<module>", "train.py", 60)]
+    procs = []
+    for r in range(world):
+        pid = 4240 + r
+        d = bundle / "processes" / str(pid)
+        d.mkdir(parents=True)
+        threads = [
+            {"pid": pid, "thread_id": 1, "os_thread_id": pid, "thread_name": "MainThread",
+             "active": False, "owns_gil": False,
+             "frames": _json_frames(odd_frames if r == odd else wait)},
+            {"pid": pid, "thread_id": 2, "os_thread_id": 9000 + r, "thread_name": PROBE,
+             "active": True, "owns_gil": False,
+             "frames": _json_frames([("poll", "worker.py", 12), ("run", "threading.py", 975)])},
+        ]
+        (d / "stack.json").write_text(json.dumps(threads))
+        procs.append({"pid": pid, "ppid": 4200, "role": "worker", "rank": r, "local_rank": r,
+                      "world_size": world, "stack": f"processes/{pid}/stack.json",
+                      "stack_status": "ok"})
+    (bundle / "logs").mkdir()
+    (bundle / "logs" / "console.log").write_text("".join(
+        f"[rank{r}]:[E1122 13:23:{24 + r:02d}.941166255 ProcessGroupNCCL.cpp:616] [Rank {r}] "
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, "
+        "NumelIn=7, NumelOut=7, Timeout(ms)=1800000) ran for 1800066 milliseconds before "
+        "timing out.\n" for r in range(world) if r != odd))
+    manifest = {
+        "schema": "ddp-autopsy/bundle/1", "tool": {"name": "ddp-autopsy", "version": "0.1.0"},
+        "host": PROBE, "created": "2026-11-22T13:24:00+00:00", "complete": True,
+        "job": {"launcher": "torchrun", "world_size": world}, "processes": procs,
+        "logs": [{"source": "/w/console.log", "path": "logs/console.log", "pids": [4200]}],
+        "actions": [], "warnings": [],
+    }
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    return bundle
+
+
 def write_big(root: Path, world: int = 4096, odd: int = 1234, depth: int = 40) -> Path:
     """A 4096-rank hang: a py-spy dump per rank (``depth`` frames) and a console log with every
     other rank's watchdog timeout."""
@@ -102,6 +155,10 @@ def write_big(root: Path, world: int = 4096, odd: int = 1234, depth: int = 40) -
 
 def analyse(*paths: Path) -> Analysis:
     return run(load(list(paths)))
+
+
+def section(doc: str, name: str) -> str:
+    return doc.split(f'<section id="{name}"', 1)[1].split("</section>", 1)[0]
 
 
 def script_text(doc: str) -> str:
@@ -243,6 +300,68 @@ def test_timeline_is_inline_svg(crash: tuple[Analysis, str]) -> None:
     assert re.search(r'<a href="#F\d+"><title>', section)  # finding markers link to findings
 
 
+def _timeline(doc: str) -> tuple[list[str], str, dict[str, list[str]]]:
+    """The SVG timeline's lane labels (top to bottom), its caption, and the titles of the
+    marks drawn on each lane (by the mark's y, not by its title)."""
+    tl = section(doc, "timeline")
+    caption = re.search(r'<p class="muted small">([^<]*)</p>', tl)
+    assert caption is not None
+    lanes = {float(y) - 4: label for y, label in
+             re.findall(r'<text class="lane-label" x="[\d.]+" y="([\d.]+)"[^>]*>([^<]*)</text>', tl)}
+    marks: dict[str, list[str]] = {label: [] for label in lanes.values()}
+    for y, title in re.findall(r'<rect class="m \w+" x="[\d.]+" y="([\d.]+)"[^>]*><title>'
+                               r'([^<]*)</title>', tl):
+        marks[lanes[float(y) + 6]].append(unescape(title))
+    return [lanes[y] for y in sorted(lanes)], caption.group(1), marks
+
+
+def _events(rows: list[tuple[int | None, str | None]]) -> pl.DataFrame:
+    """One watchdog timeout per (rank, host), a second apart."""
+    t0 = datetime(2026, 11, 22, 13, 0)
+    return pl.DataFrame([{"source": "console.log", "line": i + 1, "kind": "watchdog_timeout",
+                          "rank": r, "host": h, "ts": t0 + timedelta(seconds=i),
+                          "text": f"event {i} rank {r} host {h}"}
+                         for i, (r, h) in enumerate(rows)], schema=EVENT_SCHEMA)
+
+
+LANE_CASES = {
+    # <= 32 ranks: a lane per rank (numeric order); host-only and anonymous events after them.
+    "per-rank": ([(10, "n1"), (2, "n1"), (0, "n2"), (None, "n1"), (None, None)],
+                 ["rank 0", "rank 2", "rank 10", "host n1", "launcher / other"], "per rank"),
+    # > 32 ranks on <= 32 hosts: a lane per host.
+    "per-host": ([(r, f"node{r % 4}") for r in range(40)] + [(None, None)],
+                 ["node0", "node1", "node2", "node3", "launcher / other"], "per host"),
+    # > 32 ranks on > 32 hosts: 32 blocks over ranks 0..max.
+    "per-block": ([(r, f"n{r}") for r in [*range(0, 4096, 64), 4095]] + [(None, "n0")],
+                  [f"ranks {b}-{b + 127}" for b in range(0, 4096, 128)] + ["launcher / other"],
+                  "per block of 128 ranks"),
+    "per-block-small": ([(r, f"n{r}") for r in range(100)],
+                        [f"ranks {b}-{b + 3}" for b in range(0, 100, 4)],
+                        "per block of 4 ranks"),
+    "no-rank-no-host": ([(None, None)] * 3, ["launcher / other"], "all events"),
+}
+
+
+@pytest.mark.parametrize("case", list(LANE_CASES))
+def test_timeline_lanes(case: str, tmp_path: Path) -> None:
+    rows, want, how = LANE_CASES[case]
+    a = analyse(write_hang(tmp_path / "h"))
+    a.job.events = _events(rows)
+    lanes, caption, marks = _timeline(html.render(a))
+    assert lanes == want
+    assert f"{len(rows)} timestamped events {how}," in caption
+    # Every event is drawn, on the lane its title names.
+    for lane, titles in marks.items():
+        assert titles and all(t.startswith(f"{lane} · ") for t in titles), (lane, titles)
+    assert sum(int(m.group(1)) if (m := re.search(r" ×(\d+):", t)) else 1
+               for titles in marks.values() for t in titles) == len(rows)
+    if case == "per-block":  # ranks 3968, 4032 and 4095 share the last block; no rank: "other"
+        assert sorted(t.rsplit(": ", 1)[1] for t in marks["ranks 3968-4095"]) == [
+            f"event {i} rank {r} host n{r}" for i, r in ((62, 3968), (63, 4032), (64, 4095))]
+        assert [t.rsplit(": ", 1)[1] for t in marks["launcher / other"]] == [
+            "event 65 rank None host n0"]
+
+
 def test_no_verdict_and_no_stacks(tmp_path: Path) -> None:
     (tmp_path / "train.log").write_text("step 0 loss 1.0\nstep 1 loss 0.5\n")
     doc = html.render(analyse(tmp_path))
@@ -316,6 +435,38 @@ def test_log_text_is_escaped_everywhere(case: str, request: pytest.FixtureReques
     assert "<script>window.__xss" not in doc and "<img" not in doc
     assert doc.count("<script") == 2  # the JSON data block and the report's own script
     assert "&lt;script&gt;window.__xss=1&lt;/script&gt;&#34;&gt;&lt;img src=x" in doc
+
+
+@pytest.fixture(scope="module")
+def probe_bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Analysis, str]:
+    a = analyse(write_probe_bundle(tmp_path_factory.mktemp("probe")))
+    return a, html.render(a)
+
+
+def test_probes_in_hosts_threads_and_paths_stay_inert(
+        probe_bundle: tuple[Analysis, str]) -> None:
+    a, doc = probe_bundle
+    # The probe reached the analysis: host, paths, the outlier's frame.
+    assert a.verdict is not None and a.verdict.rule == "COLL002" and a.verdict.hosts == [PROBE]
+    assert len(a.job.inputs) == 6 and all(PROBE in i.path for i in a.job.inputs)
+    # It is shown, as text only.
+    assert PROBE not in doc and "<img" not in doc and doc.count("<script") == 2
+    stacks = section(doc, "stacks")
+    assert f'<span class="thread">thread “{ESCAPED}”</span>' in stacks  # thread name
+    assert f'<span class="loc">{ESCAPED}/eval.py:30</span>' in stacks  # frame file name
+    assert f'title="evaluate ({ESCAPED}/eval.py:30)"' in stacks
+    findings = section(doc, "findings")
+    # Evidence paths: every block's location (a stack dump's path, the log's path).
+    locs = re.findall(r'<span class="loc">(?:<a href="#F\d+-e\d+">)?([^<]*)', findings)
+    assert len(locs) == 3 and all(ESCAPED in loc for loc in locs), locs
+    assert f"host {ESCAPED}" in findings and f"rank 0 · {ESCAPED}" in findings
+    inputs = re.findall(r'<td class="path">([^<]*)</td>', section(doc, "inputs"))
+    assert len(inputs) == 6 and all(ESCAPED in p for p in inputs)  # input paths
+    host = escape(html.clean(PROBE, 60))  # grid tooltips cut host names at 60 characters
+    assert section(doc, "ranks").count(f'title="rank 2 · {host} · ') == 1
+    collection = section(doc, "collection")
+    assert f"<dt>host</dt><dd>{ESCAPED}</dd>" in collection
+    assert f"{ESCAPED}/bundle</h3>" in collection
 
 
 def test_secrets_are_redacted(crash: tuple[Analysis, str]) -> None:

@@ -6,6 +6,7 @@ import doctest
 import io
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from ddp_autopsy.analyzer.job import load
 from ddp_autopsy.analyzer.stacks import STACK_SCHEMA
 from ddp_autopsy.analyzer.stacktree import build, short_ranks, who
 from ddp_autopsy.reports import stacks_text
+from ddp_autopsy.rules.engine import run as run_rules
 
 WAIT = [("all_reduce", "torch/distributed/distributed_c10d.py", 3252),
         ("wrapper", "torch/distributed/c10d_logger.py", 83),
@@ -206,6 +208,26 @@ def test_terminal_tree_prints_log_text_literally() -> None:
     text = out.getvalue()
     assert "[bold red]boom[/]" in text and "OUTLIER" in text
     assert "ranks 0-2" in text and "waiting in all_reduce" in text
+
+
+HANGS = ["stuck_in_eval", "stuck_in_dataloader", "stuck_checkpoint_spawn"]
+
+
+@pytest.mark.scenario
+@pytest.mark.parametrize("name", HANGS)
+def test_stuck_rank_rule_names_the_tree_outliers(name: str,
+                                                 scenario_run: Callable[[str], Any]) -> None:
+    """On real hangs (the bundle collect took), COLL002 names exactly the merged tree's
+    outliers: the rule is built on the same tree."""
+    run = scenario_run(name)
+    assert run.bundle is not None, run.error
+    job = load([run.bundle])
+    tree = stacktree.from_job(job)
+    outliers = sorted(p.rank for c in tree.outliers for p in tree.members(c.members))
+    (stuck,) = [f for f in run_rules(job).findings if f.rule == "COLL002"]
+    assert stuck.cause == "rank_stuck_outside_collective"
+    assert sorted(stuck.ranks) == outliers == run.expect["ranks"]
+    assert stuck.details["stack_class"] == tree.outliers[0].id
 
 
 def synthetic_stacks(n: int, depth: int = 40, odd: int = 1234,
