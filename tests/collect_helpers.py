@@ -106,8 +106,10 @@ def job_env(root: Path, ready_dir: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def start_torchrun(root: Path, nproc: int = 3, **env_extra: str) -> Job:
-    """``python -m torch.distributed.run`` of the hang script; rank 2 owns a 2-worker DataLoader."""
+def start_torchrun(root: Path, nproc: int = 3, run_id: str | None = None,
+                   **env_extra: str) -> Job:
+    """``python -m torch.distributed.run`` of the hang script; rank 2 owns a 2-worker DataLoader.
+    ``run_id`` becomes ``--rdzv-id`` (the workers' ``TORCHELASTIC_RUN_ID``; default ``none``)."""
     ready = root / "ready"
     ready.mkdir(parents=True)
     port = free_port()
@@ -115,6 +117,7 @@ def start_torchrun(root: Path, nproc: int = 3, **env_extra: str) -> Job:
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
             "--master-addr", "127.0.0.1", "--master-port", str(port),
             "--log-dir", str(root / "trlogs"), "--redirects", "3",
+            *(["--rdzv-id", run_id] if run_id else []),
             str(HANG_SCRIPT), "--dataloader-rank", "2",
             "--data-url", SECRET_URL, "--hf-token", HF_TOKEN]
     with open(log, "wb") as out:

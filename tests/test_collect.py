@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import pickle
+import pty
 import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tarfile
 import tempfile
+import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +30,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from ddp_autopsy.analyzer.job import load
 from ddp_autopsy.collectors import (
     CollectError,
     CollectOptions,
@@ -42,6 +47,8 @@ from ddp_autopsy.collectors import (
     versions,
 )
 from ddp_autopsy.collectors import bundle as bundle_mod
+from ddp_autopsy.collectors import host as host_mod
+from ddp_autopsy.collectors.collect import tar_bundle
 from ddp_autopsy.collectors.command import collect_command
 from ddp_autopsy.redact import (
     MASK,
@@ -52,6 +59,8 @@ from ddp_autopsy.redact import (
     redact_obj,
     redact_text,
 )
+from ddp_autopsy.rules.base import Finding
+from ddp_autopsy.rules.engine import run
 
 try:
     from tests import collect_helpers as h
@@ -63,6 +72,12 @@ SECRET_URL, SECRET_VALUE, URL_PASSWORD = h.SECRET_URL, h.SECRET_VALUE, h.URL_PAS
 frame_names, main_thread, wait_for = h.frame_names, h.main_thread, h.wait_for
 
 READY_TIMEOUT_S = 120.0
+LOG_CAP = 64 << 10  # the collected fixture's log size cap (CollectOptions.max_log_bytes)
+
+
+def findings(bundle: Path, code: str) -> list[Finding]:
+    """The findings of rule ``code`` when the bundle is analyzed."""
+    return [f for f in run(load([bundle])).findings if f.rule == code]
 
 # -- redaction ---------------------------------------------------------------------------------
 
@@ -219,6 +234,39 @@ def test_probe_timeout_and_deadline_are_recorded(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "c" / "manifest.json").read_text()) == manifest
 
 
+def test_tar_stops_at_the_deadline_and_removes_the_partial_archive(tmp_path: Path) -> None:
+    root = tmp_path / "b"
+    (root / "logs").mkdir(parents=True)
+    (root / "logs" / "big.bin").write_bytes(os.urandom(32 << 20))  # ~0.3 s of gzip, or more
+    b = bundle_mod.Bundle(root, bundle_mod.Deadline(0.1))
+    start = time.monotonic()
+    assert tar_bundle(b) is None
+    assert time.monotonic() - start < 0.1 + 1.0  # stopped itself, within the deadline + slack
+    tar = b.manifest["tar"]
+    assert tar["path"] == "b.tar.gz" and tar["status"] == "timeout" and tar["total"] == 1
+    assert tar["files"] == 0 and "partial archive removed" in tar["error"]
+    action = b.actions[-1]
+    assert action.name == "tar" and action.timeout_hit and action.path is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]  # no archive, no temp file
+
+
+def test_tar_after_the_deadline_is_skipped_and_within_it_complete(tmp_path: Path) -> None:
+    root = tmp_path / "b"
+    (root / "processes" / "1").mkdir(parents=True)
+    (root / "processes" / "1" / "info.json").write_text("{}")
+    (root / ".manifest.json.1.tmp").write_text("")  # a temp file is never archived
+    late = bundle_mod.Bundle(root, bundle_mod.Deadline(0))
+    assert tar_bundle(late) is None and late.manifest["tar"]["status"] == "skipped"
+    assert late.actions[-1].status == "skipped" and not (tmp_path / "b.tar.gz").exists()
+    b = bundle_mod.Bundle(root, bundle_mod.Deadline(30))
+    tarball = tar_bundle(b)
+    assert tarball == tmp_path / "b.tar.gz" and b.manifest["tar"]["status"] == "ok"
+    assert b.manifest["tar"]["files"] == b.manifest["tar"]["total"] == 1
+    with tarfile.open(tarball) as tar:
+        assert tar.getnames() == ["b", "b/processes", "b/processes/1",
+                                  "b/processes/1/info.json"]
+
+
 # -- logs -----------------------------------------------------------------------------------------
 
 
@@ -263,6 +311,62 @@ def test_log_dir_option_parsing() -> None:
     assert logs.log_dirs_from_cmdline(["torchrun", "--log_dir=/abs", "x.py"], None) == \
         [Path("/abs")]
     assert logs.bundle_path_for("/tmp/run/../0.log") == "logs/tmp/run/0.log"
+
+
+# -- kernel messages --------------------------------------------------------------------------------
+
+# dmesg lines as the kernel and the NVIDIA driver print them (pids and addresses changed)
+OOM_LINES = [
+    "[51123.781302] python invoked oom-killer: gfp_mask=0x140dca(GFP_HIGHUSER_MOVABLE|__GFP_COMP"
+    "|__GFP_ZERO), order=0, oom_score_adj=0",
+    "[51123.781389] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-1"
+    ",oom_memcg=/kubepods/burstable/pod5d1c,task_memcg=/kubepods/burstable/pod5d1c/1f2e,"
+    "task=python,pid=48213,uid=1000",
+    "[51123.781402] Memory cgroup out of memory: Killed process 48213 (python) "
+    "total-vm:98813552kB, anon-rss:62915584kB, file-rss:262144kB, shmem-rss:8192kB, UID:1000 "
+    "pgtables:125440kB oom_score_adj:0",
+    "[51124.120871] oom_reaper: reaped process 48213 (python), now anon-rss:0kB, file-rss:0kB, "
+    "shmem-rss:8192kB",
+    "[60001.000002] Out of memory: Killed process 5120 (pt_main_thread) total-vm:12345678kB, "
+    "anon-rss:9876543kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:20000kB oom_score_adj:0",
+]
+XID_LINES = [
+    "[ 8245.114316] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.",
+    "[ 9100.551230] NVRM: Xid (PCI:0000:86:00): 31, pid=48213, name=python, Ch 00000008, intr "
+    "10000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f12_34560000. Fault is of "
+    "type FAULT_PDE ACCESS_TYPE_READ",
+    "[ 9305.000117] NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An "
+    "uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at "
+    "partition 6, subpartition 0.",
+]
+NVRM_LINES = [
+    "[ 8245.114401] NVRM: GPU at PCI:0000:3b:00: GPU-6a2f5b2e-7e9c-1d4a-0b3c-2f1e9d8c7b6a",
+    "[ 8245.114405] NVRM: GPU Board Serial Number: 1323120012345",
+]
+SEGFAULT_LINES = [
+    "[12001.334455] python[48213]: segfault at 0 ip 00007f3a1c2b3d4e sp 00007ffd5e6f7a80 "
+    "error 4 in libc.so.6[7f3a1c200000+195000]",
+]
+QUIET_LINES = [  # near misses: mention memory, a GPU or a score, but are not events
+    "[    0.000000] Memory: 65536K/1048576K available (12288K kernel code, 2048K rwdata)",
+    "[    4.512000] nvidia: module license 'NVIDIA' taints kernel.",
+    "[    5.100000] systemd[1]: Started Journal Service (oom_score_adj tuned).",
+    "[    6.200000] nvidia-uvm: Loaded the UVM driver, major device number 509.",
+]
+
+
+def test_kernel_messages_sorts_oom_xid_nvrm_and_segfault_lines() -> None:
+    text = "\n".join(QUIET_LINES[:2] + OOM_LINES[:2] + XID_LINES + NVRM_LINES + OOM_LINES[2:]
+                     + SEGFAULT_LINES + QUIET_LINES[2:]) + "\n"
+    found = host_mod.kernel_messages(text)
+    assert found == {"oom": OOM_LINES, "xid": XID_LINES, "nvrm": NVRM_LINES,
+                     "segfault": SEGFAULT_LINES}
+    assert host_mod.kernel_messages("\n".join(QUIET_LINES)) == {
+        "oom": [], "xid": [], "nvrm": [], "segfault": []}
+    flood = "\n".join(f"[{i}.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the "
+                      f"bus." for i in range(300))
+    xid = host_mod.kernel_messages(flood)["xid"]
+    assert len(xid) == host_mod.MAX_KERNEL_LINES and xid[-1].startswith("[299.0]")
 
 
 # -- Flight Recorder ------------------------------------------------------------------------------
@@ -367,14 +471,15 @@ def hung(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
     fr.mkdir()
     tr = sp = None
     try:
-        tr = h.start_torchrun(root / "torchrun",
+        tr = h.start_torchrun(root / "torchrun", run_id=f"autopsy-test-{os.getpid()}",
                             TORCH_FR_DUMP_TEMP_FILE=str(fr / "trace_rank_"),
                             TORCH_NCCL_DEBUG_INFO_PIPE_FILE=str(fr / "pipe_"))
         sp = h.start_spawn(root / "spawn")
         tr.wait_ready(3, READY_TIMEOUT_S)
         sp.wait_ready(2, READY_TIMEOUT_S)
         time.sleep(1.0)  # let the ranks step from the ready marker into their blocking call
-        yield SimpleNamespace(torchrun=tr, spawn=sp, root=root, fr=fr)
+        yield SimpleNamespace(torchrun=tr, spawn=sp, root=root, fr=fr,
+                              run_id=f"autopsy-test-{os.getpid()}")
     finally:
         for job in (tr, sp):
             if job is not None:
@@ -399,9 +504,11 @@ def collected(hung: SimpleNamespace) -> SimpleNamespace:
     (extra / "train.log").write_text(
         f"step 1 loss 2.3\nwandb: url {SECRET_URL}\nMY_SECRET_KEY={SECRET_VALUE}\n"
         f"-----BEGIN PRIVATE KEY-----\n{PEM_BODY}\n-----END PRIVATE KEY-----\nstep 2\n")
+    (extra / "big.log").write_text("".join(f"step {i} loss 1.0\n" for i in range(20000)))
     out = hung.root / "bundle"
     start = time.monotonic()
-    result = collect(CollectOptions(pid=hung.torchrun.pid, out=out, logs=[extra], tar=True))
+    result = collect(CollectOptions(pid=hung.torchrun.pid, out=out, logs=[extra], tar=True,
+                                    max_log_bytes=LOG_CAP))
     wall = time.monotonic() - start
     print(f"\ncollect wall time for the 3-rank torchrun job: {wall:.2f}s")
     return SimpleNamespace(result=result, wall=wall, out=out, dumper=dumper,
@@ -479,6 +586,26 @@ def test_manifest_and_info_follow_the_contract(hung: SimpleNamespace,
     assert collected.result.tarball is not None
     with tarfile.open(collected.result.tarball) as tar:
         assert f"{out.name}/manifest.json" in tar.getnames()
+    assert m["tar"]["path"] == collected.result.tarball.name and m["tar"]["status"] == "ok"
+    assert m["tar"]["files"] == m["tar"]["total"] == len(h.bundle_files(out))
+    assert [a["status"] for a in m["actions"] if a["name"] == "tar"] == ["ok"]
+
+
+@pytest.mark.scenario
+def test_log_over_the_size_cap_keeps_head_and_tail(hung: SimpleNamespace,
+                                                   collected: SimpleNamespace) -> None:
+    m = collected.result.manifest
+    big = hung.root / "extra" / "big.log"
+    entry = next(e for e in m["logs"] if e["source"] == str(big))
+    assert entry["truncated"] is True and entry["size"] == big.stat().st_size > LOG_CAP
+    assert entry["copied"] < entry["size"]
+    lines = (collected.out / entry["path"]).read_text().splitlines()
+    assert lines[0] == "step 0 loss 1.0" and lines[-1] == "step 19999 loss 1.0"
+    assert sum("bytes omitted from the middle of this file]" in ln for ln in lines) == 1
+    assert (collected.out / entry["path"]).stat().st_size < LOG_CAP + 200
+    copy = next(a for a in m["actions"] if a["name"] == "copy log" and a["target"] == str(big))
+    assert copy["truncated"] is True and copy["status"] == "ok"
+    assert not [e["source"] for e in m["logs"] if e["truncated"] and e is not entry]
 
 
 @pytest.mark.scenario
@@ -542,6 +669,25 @@ def test_flight_recorder_trigger_and_pickup(hung: SimpleNamespace,
     assert m["fr"]["skipped_stale"] == [str(hung.fr / "trace_rank_7")]
     assert pickle.loads((collected.out / "fr" / "trace_rank_1").read_bytes())["version"] == "2.10"
     assert any("without a reader" in w for w in collected.result.warnings)
+    assert {"kind": "fr_no_reader", "count": 1, "pids": [], "detail": None,
+            "targets": [str(hung.fr / "pipe_0.pipe")]} in m["problems"]
+
+
+@pytest.mark.scenario
+def test_collected_bundle_reports_what_was_not_collected(hung: SimpleNamespace,
+                                                         collected: SimpleNamespace) -> None:
+    """analyze reads the manifest's problems (AUT003, one finding per kind, its own remedy);
+    every stack was taken, so AUT002 stays quiet."""
+    kinds = [p["kind"] for p in collected.result.manifest["problems"]]
+    assert "fr_no_reader" in kinds and not {"env_unreadable", "info_failed", "no_logs"} & set(kinds)
+    analysis = run(load([collected.out]))
+    found = {f.details["kind"]: f for f in analysis.findings if f.rule == "AUT003"}
+    assert set(found) == set(kinds)
+    fr = found["fr_no_reader"]
+    assert fr.role == "info" and "TORCH_NCCL_TRACE_BUFFER_SIZE" in fr.remedy
+    assert "1 Flight Recorder pipe(s) nobody reads" in fr.summary
+    assert str(hung.fr / "pipe_0.pipe") in fr.evidence[0].text
+    assert not [f for f in analysis.findings if f.rule == "AUT002"]
 
 
 @pytest.mark.scenario
@@ -671,6 +817,56 @@ def test_cli_text_json_and_exit_codes(hung: SimpleNamespace, tmp_path: Path) -> 
     assert res.exit_code == 2
 
 
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ddp_autopsy", "collect", *args]
+
+
+@pytest.mark.scenario
+def test_cli_job_by_run_id_shows_progress_on_a_terminal(hung: SimpleNamespace,
+                                                         tmp_path: Path) -> None:
+    """The real CLI with stderr on a pseudo-terminal: ``--job RUN_ID`` finds the torchrun job
+    and rich draws its progress there."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    proc = subprocess.Popen(_cli("--job", hung.run_id, "--out", str(tmp_path / "b")),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave,
+                            env={**os.environ, "TERM": "xterm-256color"})
+    os.close(slave)
+    seen = b""
+    end = time.monotonic() + 120
+    try:  # drain the terminal as it is written: a full pty buffer would block the CLI
+        while time.monotonic() < end:
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    chunk = os.read(master, 1 << 16)
+                except OSError:  # EIO: the CLI exited and closed its end
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            elif proc.poll() is not None:
+                break
+        stdout = proc.communicate(timeout=30)[0].decode()
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, seen[-2000:]
+    assert f"Job torchrun-{hung.torchrun.pid}:" in stdout
+    assert b"collecting:" in seen and b"\x1b[" in seen, seen[-2000:]
+
+
+@pytest.mark.scenario
+def test_cli_job_by_launcher_pid_is_quiet_when_piped(hung: SimpleNamespace,
+                                                      tmp_path: Path) -> None:
+    res = subprocess.run(_cli("--job", str(hung.torchrun.pid), "--out", str(tmp_path / "b")),
+                         stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
+                         env={**os.environ, "TERM": "xterm-256color"}, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"Job torchrun-{hung.torchrun.pid}:" in res.stdout.decode()
+    assert b"collecting" not in res.stderr and b"\x1b" not in res.stderr + res.stdout
+
+
 @pytest.mark.scenario
 def test_killed_collect_leaves_a_readable_partial_bundle(hung: SimpleNamespace,
                                                          tmp_path: Path) -> None:
@@ -723,6 +919,18 @@ def test_unprivileged_collect_records_permission_denied(hung: SimpleNamespace) -
         assert "CAP_SYS_PTRACE" in warning and "ptrace_scope" in warning
         assert any("environment unreadable" in w for w in m["warnings"])
         assert m["complete"] is True
+        env = next(p for p in m["problems"] if p["kind"] == "env_unreadable")
+        assert env["detail"] == "permission_denied" and set(env["pids"]) == set(statuses)
+        # without the environments the ranks are unknown: the roles still tell them apart
+        stacks = findings(work / "b", "AUT002")[0]
+        assert stacks.summary.startswith("No stack dump for 3 rank(s) (3 of unknown rank: "
+                                         "ptrace not permitted); also none for the torchrun "
+                                         f"agent (pid {hung.torchrun.pid}: ptrace not "
+                                         "permitted), 2 DataLoader workers (pid "), stacks.summary
+        unread = next(f for f in findings(work / "b", "AUT003")
+                      if f.details["kind"] == "env_unreadable")
+        assert "the environment of 6 process(es) (permission denied)" in unread.summary
+        assert "job's user or as root" in unread.remedy
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -738,6 +946,21 @@ def test_global_deadline_skips_the_rest(hung: SimpleNamespace, tmp_path: Path) -
     assert skipped and all(a["error"].startswith("deadline reached") for a in skipped)
     assert any(w.startswith("deadline of 0.01s reached") for w in result.warnings)
     assert m["complete"] is True and json.loads((tmp_path / "b" / "manifest.json").read_text())
+    problems = {p["kind"]: p for p in m["problems"]}
+    assert problems["deadline"]["count"] == len(skipped)
+    assert problems["deadline"]["targets"] == sorted({f"{a['name']} ({a['target']})"
+                                                     for a in skipped})
+    # every stack was skipped: AUT002 names the ranks first, then the agent and DataLoader workers
+    stacks = findings(tmp_path / "b", "AUT002")[0]
+    assert stacks.summary.startswith("No stack dump for 3 rank(s) (ranks 0-2: skipped at the "
+                                     "collect deadline); also none for the torchrun agent "
+                                     f"(pid {hung.torchrun.pid}: skipped"), stacks.summary
+    assert "2 DataLoader workers of rank 2" in stacks.summary and stacks.ranks == [0, 1, 2]
+    assert stacks.severity == "warning"
+    late = {f.details["kind"]: f for f in findings(tmp_path / "b", "AUT003")}
+    assert late["deadline"].summary.startswith(f"collect on {socket.gethostname()} reached its "
+                                               f"global deadline: {len(skipped)} step(s)")
+    assert "--deadline" in late["deadline"].remedy
 
 
 def test_sibling_ranks_under_a_shell_form_one_job(tmp_path: Path) -> None:

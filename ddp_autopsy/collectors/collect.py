@@ -8,7 +8,8 @@ rewritten after each phase with ``"complete": false`` until the end):
 3. poke the Flight Recorder pipes (so that ranks dump while we work);
 4. in parallel: py-spy dumps and ``info.json`` per process, host commands (``ip``,
    ``nvidia-smi``, ``dmesg``) then ``host.json``, rendezvous endpoint probes;
-5. logs, Flight Recorder dumps, warnings, the final manifest, the optional ``.tar.gz``.
+5. logs, Flight Recorder dumps, problems and warnings, the final manifest;
+6. the optional ``.tar.gz``, bounded by the time left (its outcome rewrites the manifest).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import tarfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -58,10 +60,12 @@ from ddp_autopsy.collectors.jobs import (
     job_for_pid,
     select_job,
 )
+from ddp_autopsy.collectors.logs import MAX_LOG_BYTES
 from ddp_autopsy.collectors.process_info import ProcessRecord, collect_facts, collect_stacks
 
 MAX_WORKERS = 6
 FR_WAIT_S = 5.0  # at most this long for triggered Flight Recorder dumps to appear
+TAR_GRACE_S = 1.0  # the tar stops itself at the deadline; abandoned only if stuck this long after
 
 
 @dataclass
@@ -75,6 +79,7 @@ class CollectOptions:
     native: bool = False
     tar: bool = False
     progress: bool = False
+    max_log_bytes: int = MAX_LOG_BYTES  # per file; larger logs keep head and tail
 
 
 @dataclass
@@ -160,10 +165,18 @@ class _Collection:
         plan = self.copy_logs()
         self.pick_up_flight_recorder(fr, triggered, fr_started)
         self.summarize()
-        warnings = _warnings(self.bundle, self.procs, plan, self.pyspy_exe, triggered)
-        self.bundle.manifest["warnings"] = warnings
+        problems = _problems(self.bundle, self.procs, plan, self.pyspy_exe, triggered)
+        warnings = _warnings(self.procs, problems, self.bundle.deadline.seconds)
+        self.bundle.manifest.update(problems=problems, warnings=warnings)
         manifest = self.checkpoint(complete=True)
-        tarball = _tar(self.bundle.root) if self.opts.tar else None
+        tarball = None
+        if self.opts.tar:
+            tarball = tar_bundle(self.bundle)
+            if self.bundle.manifest["tar"]["status"] != OK:
+                problem = _tar_problem(self.bundle.manifest["tar"])
+                problems.append(problem)
+                warnings.append(_warning(problem, self.bundle.deadline.seconds))
+            manifest = self.checkpoint(complete=True)
         return CollectResult(bundle=self.bundle.root, manifest=manifest, warnings=warnings,
                              tarball=tarball)
 
@@ -251,7 +264,8 @@ class _Collection:
         planned = self.bundle.probe("find logs", lambda: _log_plan(self.opts.logs, self.procs),
                                     target="logs", step_timeout=self.step)
         plan = planned.value if planned and planned.done and planned.value else logs.LogPlan()
-        self.bundle.manifest["logs"] = logs.copy_all(self.bundle, plan, step_timeout=self.step)
+        self.bundle.manifest["logs"] = logs.copy_all(self.bundle, plan, step_timeout=self.step,
+                                                     limit=self.opts.max_log_bytes)
         return plan
 
     def summarize(self) -> None:
@@ -297,6 +311,7 @@ def _initial_manifest(job: JobCandidate, opts: CollectOptions, hostname: str) ->
         "processes": [_process_entry(m, None) for m in job.members],
         "logs": [],
         "fr_dumps": [],
+        "problems": [],
         "warnings": [],
     }
 
@@ -359,11 +374,89 @@ def _log_plan(given: list[Path], procs_: dict[int, ProcessRecord]) -> logs.LogPl
     return plan
 
 
-def _warnings(bundle: Bundle, procs_: dict[int, ProcessRecord], plan: logs.LogPlan,
-              pyspy_exe: str | None, triggered: list[dict[str, Any]]) -> list[str]:
-    out: list[str] = []
+def _problem(kind: str, *, pids: list[int] | None = None, targets: list[str] | None = None,
+             count: int | None = None, detail: str | None = None) -> dict[str, Any]:
+    """One manifest ``problems`` entry (docs/bundle.md); rule AUT003 reports them."""
+    pids, targets = sorted(pids or []), list(targets or [])
+    return {"kind": kind, "count": count if count is not None else len(pids) or len(targets),
+            "pids": pids, "targets": targets, "detail": detail}
+
+
+def _problems(bundle: Bundle, procs_: dict[int, ProcessRecord], plan: logs.LogPlan,
+              pyspy_exe: str | None,
+              triggered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What was not collected, besides stacks (each process's ``stack_status`` says that)."""
+    out: list[dict[str, Any]] = []
     if pyspy_exe is None:
-        out.append("py-spy not found: no stack dumps (pip install py-spy)")
+        out.append(_problem("pyspy_missing", count=len(procs_)))
+    env_errors: dict[str, list[int]] = {}
+    info_failed: dict[str, list[int]] = {}
+    for pid, proc in procs_.items():
+        status = proc.info.get("status")
+        if status in (TIMEOUT, ERROR, SKIPPED):
+            info_failed.setdefault(status, []).append(pid)
+        elif status == OK and proc.info.get("env_error") not in (None, EXITED):
+            env_errors.setdefault(proc.info["env_error"], []).append(pid)
+    out += [_problem("env_unreadable", pids=pids, detail=err) for err, pids in env_errors.items()]
+    out += [_problem("info_failed", pids=pids, detail=st) for st, pids in info_failed.items()]
+    skipped = [a for a in bundle.actions if a.status == SKIPPED]
+    if skipped:
+        out.append(_problem("deadline", count=len(skipped),
+                            targets=sorted({_step(a) for a in skipped})))
+    # py-spy timeouts are per-process stack statuses; /proc reads are info_failed above
+    timed_out = [a for a in bundle.actions if a.timeout_hit
+                 and not a.name.startswith("py-spy") and a.name != "process info"]
+    if timed_out:
+        out.append(_problem("step_timeout", count=len(timed_out),
+                            targets=sorted({_step(a) for a in timed_out})))
+    no_reader = [t["pipe"] for t in triggered if t["result"] == "no_reader"]
+    if no_reader:
+        out.append(_problem("fr_no_reader", targets=no_reader))
+    if not plan.sources:
+        out.append(_problem("no_logs", count=0))
+    if plan.notes:
+        out.append(_problem("log_not_collected", targets=list(plan.notes)))
+    return out
+
+
+def _step(action: Action) -> str:
+    return f"{action.name} ({action.target})" if action.target else action.name
+
+
+def _tar_problem(tar: dict[str, Any]) -> dict[str, Any]:
+    return _problem("tar", targets=[tar["path"]], count=1,
+                    detail=tar["status"] + (f": {tar['error']}" if tar.get("error") else ""))
+
+
+def _warning(p: dict[str, Any], deadline_s: float) -> str:
+    """A problem as the sentence ``warnings`` keeps (with the remedy)."""
+    kind, pids, targets = p["kind"], p["pids"], p["targets"]
+    if kind == "pyspy_missing":
+        return "py-spy not found: no stack dumps (pip install py-spy)"
+    if kind == "env_unreadable":
+        return (f"environment unreadable ({p['detail'].replace('_', ' ')}) for pid(s) {pids}: "
+                "run collect as the job's user or root")
+    if kind == "info_failed":
+        return f"process facts ({p['detail']}) not read for pid(s) {pids}"
+    if kind == "deadline":
+        return f"deadline of {deadline_s:g}s reached: {p['count']} step(s) skipped"
+    if kind == "step_timeout":
+        return "timed out: " + ", ".join(targets)
+    if kind == "fr_no_reader":
+        return f"Flight Recorder pipe(s) without a reader, no dump triggered: {targets}"
+    if kind == "no_logs":
+        return ("no log files collected (stdout/stderr are not files, or unreadable): "
+                "pass --logs PATH")
+    if kind == "log_not_collected":
+        return "; ".join(f"log not collected: {note}" for note in targets)
+    if kind == "tar":
+        return f"tarball not written ({p['detail']}); the bundle directory is complete"
+    return f"{kind}: {targets or pids}"
+
+
+def _warnings(procs_: dict[int, ProcessRecord], problems: list[dict[str, Any]],
+              deadline_s: float) -> list[str]:
+    out: list[str] = []
     by_status: dict[str, list[int]] = {}
     for pid, proc in procs_.items():
         if proc.stack is not None and proc.stack.status != OK:
@@ -376,34 +469,101 @@ def _warnings(bundle: Bundle, procs_: dict[int, ProcessRecord], plan: logs.LogPl
                           (SKIPPED, "skipped at the deadline")):
         if status in by_status:
             out.append(f"stack dump {label} for pid(s) {by_status[status]}")
-    denied_env = [pid for pid, p in procs_.items() if p.info.get("env_error") == PERMISSION_DENIED]
-    if denied_env:
-        out.append(f"environment unreadable (permission denied) for pid(s) {denied_env}: run "
-                   "collect as the job's user or root")
-    skipped = sum(a.status == SKIPPED for a in bundle.actions)
-    if skipped:
-        out.append(f"deadline of {bundle.deadline.seconds:g}s reached: {skipped} step(s) skipped")
-    timed_out = [a for a in bundle.actions if a.timeout_hit and not a.name.startswith("py-spy")]
-    if timed_out:
-        out.append("timed out: " + ", ".join(sorted({f"{a.name} ({a.target})"
-                                                     for a in timed_out})))
-    no_reader = [t["pipe"] for t in triggered if t["result"] == "no_reader"]
-    if no_reader:
-        out.append(f"Flight Recorder pipe(s) without a reader, no dump triggered: {no_reader}")
-    if not plan.sources:
-        out.append("no log files collected (stdout/stderr are not files, or unreadable): "
-                   "pass --logs PATH")
-    out.extend(f"log not collected: {note}" for note in plan.notes)
+    for p in problems:
+        if p["kind"] == "log_not_collected":  # one sentence per file
+            out.extend(f"log not collected: {note}" for note in p["targets"])
+        else:
+            out.append(_warning(p, deadline_s))
     return out
 
 
-def _tar(root: Path) -> Path:
-    tarball = root.with_name(root.name + ".tar.gz")
+# -- tar --------------------------------------------------------------------------------------
+class _OutOfTime(Exception):
+    pass
+
+
+@dataclass
+class TarResult:
+    files: int  # added to the archive
+    total: int  # in the bundle directory
+    stopped: bool  # ran out of time: the partial archive was removed
+
+
+class _BoundedReader:
+    """A file object for ``tarfile`` that raises :class:`_OutOfTime` past ``stop_at`` or once
+    ``cancel`` is set, so a large file cannot carry the tar past the deadline."""
+
+    def __init__(self, fh: Any, stop_at: float, cancel: threading.Event) -> None:
+        self._fh, self._stop_at, self._cancel = fh, stop_at, cancel
+
+    def read(self, size: int = -1) -> bytes:  # tarfile reads in small blocks
+        if self._cancel.is_set() or time.monotonic() > self._stop_at:
+            raise _OutOfTime
+        return self._fh.read(size)
+
+
+def _write_tar(root: Path, tarball: Path, stop_at: float, cancel: threading.Event) -> TarResult:
+    """``root`` as ``<root.name>/…`` into ``tarball`` (via a temp file), stopping at ``stop_at``."""
+    entries = sorted(p for p in root.rglob("*") if not p.name.startswith("."))  # no temp files
+    total = sum(p.is_file() for p in entries)
     tmp = tarball.with_name(f".{tarball.name}.tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
-        tar.add(root, arcname=root.name)
-    os.replace(tmp, tarball)
-    return tarball
+    added = 0
+    try:
+        with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:
+            tar.add(root, arcname=root.name, recursive=False)
+            for path in entries:
+                info = tar.gettarinfo(path, arcname=f"{root.name}/{path.relative_to(root)}")
+                if info.isreg():
+                    with open(path, "rb") as fh:
+                        tar.addfile(info, _BoundedReader(fh, stop_at, cancel))
+                    added += 1
+                else:
+                    tar.addfile(info)
+        if cancel.is_set():  # abandoned by the caller: never publish late
+            raise _OutOfTime
+        os.replace(tmp, tarball)
+        return TarResult(added, total, stopped=False)
+    except _OutOfTime:
+        tmp.unlink(missing_ok=True)
+        return TarResult(added, total, stopped=True)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def tar_bundle(bundle: Bundle) -> Path | None:
+    """Write ``<out>.tar.gz`` within the time left before the deadline.
+
+    A tar that runs out of time stops and removes its partial archive (the directory stays
+    complete); the outcome is the manifest's ``tar`` entry and a ``tar`` action. Returns the
+    tarball, or None when none was written."""
+    root = bundle.root
+    tarball = root.with_name(root.name + ".tar.gz")
+    cancel = threading.Event()
+    stop_at = time.monotonic() + bundle.deadline.remaining()
+    outcome = bundle.probe("tar", lambda: _write_tar(root, tarball, stop_at, cancel),
+                           target=tarball.name, step_timeout=bundle.deadline.remaining(),
+                           grace_s=TAR_GRACE_S, kind="file")
+    entry: dict[str, Any] = {"path": tarball.name, "status": SKIPPED, "files": 0, "total": None,
+                             "error": "deadline reached before the tar started"}
+    if outcome is not None and outcome.action is not None:
+        action = outcome.action
+        result = outcome.value if outcome.done else None
+        if not outcome.done:
+            cancel.set()  # if the writer ever wakes up, it removes its temp file
+            action.error = (f"tar stuck past the deadline, abandoned after {action.timeout_s}s "
+                            "(a temp file may remain)")
+        elif result is not None and result.stopped:
+            action.status, action.timeout_hit, action.truncated = TIMEOUT, True, True
+            action.error = (f"stopped at the deadline after {result.files} of {result.total} "
+                            "files; partial archive removed")
+        elif result is not None:
+            action.path = None  # outside the bundle: the manifest's paths are relative to it
+        entry = {"path": tarball.name, "status": action.status,
+                 "files": result.files if result else 0,
+                 "total": result.total if result else None, "error": action.error}
+    bundle.manifest["tar"] = entry
+    return tarball if entry["status"] == OK else None
 
 
 class _Progress:
