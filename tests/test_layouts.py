@@ -202,6 +202,17 @@ def _tree(root: Path) -> dict[str, bytes]:
     }
 
 
+def _tar(files: dict[str, bytes]) -> bytes:
+    """An uncompressed tar of ``files`` (name -> content)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
 @pytest.mark.parametrize("suffix", [".tar", ".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".zip"])
 def test_archives_read_in_place(tmp_path: Path, suffix: str) -> None:
     if suffix == ".tar.zst" and not shutil.which("zstd"):
@@ -213,14 +224,8 @@ def test_archives_read_in_place(tmp_path: Path, suffix: str) -> None:
             for name, data in files.items():
                 zf.writestr(name, data)
     else:
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tf:
-            for name, data in files.items():
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tf.addfile(info, io.BytesIO(data))
         kind = suffix.removeprefix(".tar").removeprefix(".")
-        archive.write_bytes(_compress(kind, buf.getvalue()) if kind else buf.getvalue())
+        archive.write_bytes(_compress(kind, _tar(files)) if kind else _tar(files))
     df = events(archive)
     assert who(df, "oom") == [(1, 1, None, "torch [rankN]: prefix")]
     assert who(df, "peer_closed")[0][:2] == (1, 1)
@@ -233,14 +238,8 @@ def test_archives_inside_a_directory_are_opened(tmp_path: Path) -> None:
     files = _tree(tmp_path)
     d = tmp_path / "from-colleagues"
     d.mkdir()
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tf:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    (d / "node1.tar").write_bytes(buf.getvalue())
-    (d / "node2.tar.gz").write_bytes(gzip.compress(buf.getvalue()))
+    (d / "node1.tar").write_bytes(_tar(files))
+    (d / "node2.tar.gz").write_bytes(gzip.compress(_tar(files)))
     with zipfile.ZipFile(d / "node3.zip", "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in files.items():
             zf.writestr(name, data)

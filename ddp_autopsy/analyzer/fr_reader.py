@@ -82,16 +82,16 @@ def read_paths(paths: Sequence[str]) -> list[FRDump]:
     return read_files([DumpFile(p, p) for p in paths])
 
 
-def helpers_wanted(files: Sequence[DumpFile], sizes: Sequence[int]) -> int:
-    """1 when a helper process is worth starting, else 0."""
+def helper_wanted(files: Sequence[DumpFile], sizes: Sequence[int]) -> bool:
+    """Whether a helper process is worth starting."""
     setting = os.environ.get("DDP_AUTOPSY_WORKERS", "").strip()
     if setting.isdigit():
-        return min(int(setting), 1)
+        return int(setting) > 0
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    return int(cores >= 2 and len(files) >= MIN_FILES and sum(sizes) >= MIN_BYTES)
+    return cores >= 2 and len(files) >= MIN_FILES and sum(sizes) >= MIN_BYTES
 
 
 HELPER_COMMAND = (sys.executable, "-m", "ddp_autopsy.analyzer.fr_reader")
@@ -108,7 +108,7 @@ def read_files(files: Sequence[DumpFile], *, helper: bool | None = None,
                 sizes.append(os.stat(f.path).st_size)
             except OSError:
                 sizes.append(0)
-        helper = bool(helpers_wanted(files, sizes))
+        helper = helper_wanted(files, sizes)
     if not helper or len(files) < 2:
         return [read_file(f) for f in files]
     workdir = Path(tempfile.mkdtemp(prefix="ddp-autopsy-fr-"))
@@ -135,11 +135,9 @@ def _read_with_helper(files: Sequence[DumpFile], workdir: Path,
             proc = None
         i = 0
         try:
-            while True:
+            while i < n:
                 struct.pack_into("<q", claims, 0, i + 1)  # publish, then look at the other end
                 if proc is not None and i >= _CLAIMS.unpack_from(claims)[1]:
-                    break
-                if i >= n:
                     break
                 out[i] = read_file(files[i])
                 i += 1

@@ -28,6 +28,9 @@ from ddp_autopsy.analyzer.sources import (
 )
 from ddp_autopsy.analyzer.stacks import looks_like_pyspy_json
 
+#: Only a line's rank and host are used: the year its stamps would get does not matter.
+ANY_YEAR = 2000
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -70,7 +73,7 @@ def grep(paths: Iterable[Path | str], pattern: str, notes: list[InputNote], *,
                 notes.append(InputNote(member.display, f"cannot read: {err}", "warning"))
                 continue
             for line, text in found.iter_rows():
-                info = parse_line(text, 2000)
+                info = parse_line(text, ANY_YEAR)
                 who = info.rank if info.rank is not None else cue.rank
                 if rank is not None and who != rank:
                     continue

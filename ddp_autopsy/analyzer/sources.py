@@ -537,11 +537,13 @@ def iter_inputs(paths: list[Path], notes: list[InputNote]) -> Iterator[tuple[Pat
             continue
         # Archives found in a directory are opened as archives, after it (one level: an
         # archive inside an archive is read as a file).
-        nested = [m for m in tree.members if m.path is not None and ARCHIVE_RE.search(m.relpath)]
+        nested = [Path(m.path) for m in tree.members
+                  if m.path is not None and ARCHIVE_RE.search(m.relpath)]
         if nested:
-            tree.members = [m for m in tree.members if m not in nested]
+            tree.members = [m for m in tree.members
+                            if m.path is None or not ARCHIVE_RE.search(m.relpath)]
         yield path, tree
-        for m in nested:
-            sub = open_tree(Path(m.path), notes)  # type: ignore[arg-type]
+        for archive in nested:
+            sub = open_tree(archive, notes)
             if sub is not None:
-                yield Path(m.path), sub  # type: ignore[arg-type]
+                yield archive, sub
