@@ -4,7 +4,8 @@ As with a Kubernetes headless service whose DNS record appears after the pods st
 prints a few c10d ``The IPv6 network addresses of (trainer-master-0, PORT) cannot be
 retrieved (gai error: -2 - Name or service not known)`` warnings, then connects and the job
 trains and exits 0. The runner's ``master_resolves_late`` setup gives the job a private
-/etc/hosts (own mount namespace) and adds ``127.0.0.1 trainer-master-0`` after 3 s.
+/etc/hosts (own mount namespace) and adds ``127.0.0.1 trainer-master-0`` 3 s after the first
+warning.
 """
 
 LAUNCH = {

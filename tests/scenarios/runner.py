@@ -269,11 +269,12 @@ def private_mount_namespace() -> list[str] | None:
 
 @contextlib.contextmanager
 def master_resolves_late(ctx: RunContext, attempt: int) -> Iterator[SetupEffect]:
-    """The master's hostname becomes resolvable only ``resolve_after_s`` after launch.
+    """The master's hostname becomes resolvable only after the job has failed to resolve it.
 
     Like a Kubernetes headless-service DNS record that appears after the pods start. The job
     gets a private copy of /etc/hosts, bind-mounted in its own mount namespace (the machine's
-    file is untouched), and the runner appends ``127.0.0.1 <master_addr>`` to it later.
+    file is untouched), and the runner appends ``127.0.0.1 <master_addr>`` to it
+    ``resolve_after_s`` after the job's first resolution warning.
     """
     unshare = private_mount_namespace()
     if unshare is None:
@@ -284,17 +285,30 @@ def master_resolves_late(ctx: RunContext, attempt: int) -> Iterator[SetupEffect]
         return
     hosts = ctx.dir / "etc_hosts"
     shutil.copyfile("/etc/hosts", hosts)
+    console = ctx.dir / "console.log"
+    after = float(ctx.spec.launch.get("resolve_after_s", 3))
+    stop = threading.Event()
 
     def publish() -> None:
+        # Not on a bare timer: on a loaded machine the job may reach rendezvous only after the
+        # record is there, and then there is no warning to survive. Wait for the first one.
+        deadline = time.monotonic() + 10 * after
+        while not stop.wait(0.1) and time.monotonic() < deadline:
+            if console.exists() and b"cannot be retrieved" in console.read_bytes():
+                break
+        if stop.is_set():
+            return
+        stop.wait(after)
         with hosts.open("a") as fh:  # in place: the bind mount follows the inode
             fh.write(f"127.0.0.1 {ctx.master_addr}\n")
 
-    timer = threading.Timer(float(ctx.spec.launch.get("resolve_after_s", 3)), publish)
-    timer.start()
+    publisher = threading.Thread(target=publish, daemon=True)
+    publisher.start()
     try:
         yield SetupEffect(wrap=[*unshare, "sh", "-c", _BIND_HOSTS, str(hosts)])
     finally:
-        timer.cancel()
+        stop.set()
+        publisher.join()
 
 
 # A setup is entered around each attempt: fn(ctx, attempt) -> context manager of SetupEffect.
