@@ -33,18 +33,22 @@ for scripts and benchmarks).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from ddp_autopsy.analyzer.flight_recorder import FRFrames
+from ddp_autopsy.analyzer.patterns import kinds_tagged
+from ddp_autopsy.analyzer.ranksets import rank_phrase
+
+if TYPE_CHECKING:
+    from ddp_autopsy.analyzer.job import Job
 
 #: Operations whose sizes legitimately differ between ranks (compare op and dtypes only).
 UNEVEN_SIZES = frozenset({"all_to_all", "all_to_all_single", "alltoall", "alltoall_base",
@@ -57,9 +61,8 @@ STALE_S = 30.0
 #: (or half the collective's timeout, when that is shorter).
 STRAGGLER_S = 60.0
 #: Log events that say collectives were failing (the job was stuck, not just dumped mid-run).
-HANG_KINDS = ("watchdog_timeout", "watchdog_summary", "gloo_timeout", "desync_not_joined",
-              "desync_never_joined", "monitored_barrier_failed")
-LOG_KINDS = (*HANG_KINDS, "collective_fingerprint_mismatch")
+HANG_KINDS = kinds_tagged("hang")
+LOG_KINDS = (*HANG_KINDS, *kinds_tagged("mismatch"))
 #: ``[PG 1 Rank 0]`` (≈2.2-2.4) and ``[PG ID 1 PG GUID 1(desc) Rank 1]`` (≈2.5+) prefixes.
 PG_PREFIX = re.compile(r"\[PG (?:ID )?(?P<pg>\d+)(?: PG GUID (?P<guid>[^\s(\]]+)"
                        r"(?:\((?P<desc>[^)]*)\))?)? Rank (?P<rank>\d+)\]")
@@ -263,36 +266,22 @@ class CollectiveReport:
 # --------------------------------------------------------------------------- entry points
 
 
-def analyze(job: Any) -> CollectiveReport:
-    """The report for a :class:`~ddp_autopsy.analyzer.job.Job` (computed once per job)."""
-    cached = getattr(job, "_collective_report", None)
-    if cached is not None:
-        return cached
-    frames = FRFrames(
-        collectives=_frame(job, "collectives"), dumps=_frame(job, "fr_dumps"),
-        groups=_frame(job, "fr_groups"))
-    report = analyze_frames(frames, events=getattr(job, "events", None),
-                            world_size=getattr(job, "world_size", None),
-                            stacks_waiting=_ranks_waiting_in_stacks(job))
-    with contextlib.suppress(AttributeError):  # a frozen or slotted stand-in: no cache
-        job._collective_report = report
-    return report
+def analyze(job: Job) -> CollectiveReport:
+    """The report of a :class:`~ddp_autopsy.analyzer.job.Job` (its ``collective_report``
+    fact: built once per job)."""
+    return job.collective_report
 
 
-def _frame(job: Any, name: str) -> pl.DataFrame:
-    df = getattr(job, name, None)
-    return df if isinstance(df, pl.DataFrame) else pl.DataFrame()
-
-
-def _ranks_waiting_in_stacks(job: Any) -> set[int]:
-    stacks = getattr(job, "stacks", None)
-    if not isinstance(stacks, pl.DataFrame) or stacks.height == 0:
-        return set()
-    from ddp_autopsy.analyzer import stacktree
-
-    tree = stacktree.from_job(job)
-    return {p.rank for c in tree.classes if c.collective is not None
-            for p in tree.members(c.members) if p.rank is not None}
+def build_report(job: Job) -> CollectiveReport:
+    """Build the report (the ``collective_report`` fact's builder; call :func:`analyze`)."""
+    frames = FRFrames(collectives=job.collectives, dumps=job.fr_dumps, groups=job.fr_groups)
+    waiting: set[int] = set()
+    if job.stacks.height:
+        tree = job.stack_tree
+        waiting = {p.rank for c in tree.classes if c.collective is not None
+                   for p in tree.members(c.members) if p.rank is not None}
+    return analyze_frames(frames, events=job.active_events, world_size=job.world_size,
+                          stacks_waiting=waiting)
 
 
 def analyze_frames(frames: FRFrames, *, events: pl.DataFrame | None = None,
@@ -822,31 +811,17 @@ def _stuck_evidence(report: CollectiveReport, coll: pl.DataFrame, frames: FRFram
 
 # --------------------------------------------------------------------------- helpers for rules
 
-CRASH_KINDS = ("exception", "elastic_failure", "spawn_failed", "oom", "worker_failed")
+def crashed_ranks(job: Job) -> set[int]:
+    """Ranks the logs show crashing (the job's ``crashes`` fact)."""
+    return set(job.crashes.ranks)
 
 
-def crashed_ranks(job: Any) -> set[int]:
-    """Ranks the logs show crashing (an exception, a failure summary entry, an OOM)."""
-    events = getattr(job, "events", None)
-    if not isinstance(events, pl.DataFrame) or events.height == 0:
-        return set()
-    out = set(events.filter(pl.col("kind").is_in(list(CRASH_KINDS)))["rank"].drop_nulls())
-    for row in events.filter(pl.col("kind") == "elastic_failure").iter_rows(named=True):
-        rank = json.loads(row["data"] or "{}").get("rank")
-        if isinstance(rank, int):
-            out.add(rank)
-    return out
-
-
-def where_in_stacks(job: Any, ranks: Iterable[int]) -> dict[int, str]:
+def where_in_stacks(job: Job, ranks: Iterable[int]) -> dict[int, str]:
     """Rank → where its main thread is, from the stack dumps, as a phrase to follow "is":
     ``in validate (train.py:42) — evaluation``, ``waiting in barrier, called from main (…)``."""
-    stacks = getattr(job, "stacks", None)
-    if not isinstance(stacks, pl.DataFrame) or stacks.height == 0:
+    if job.stacks.height == 0:
         return {}
-    from ddp_autopsy.analyzer import stacktree
-
-    by_rank = stacktree.from_job(job).by_rank()
+    by_rank = job.stack_tree.by_rank()
     out = {}
     for r in ranks:
         c = by_rank.get(r)
@@ -864,9 +839,4 @@ def where_in_stacks(job: Any, ranks: Iterable[int]) -> dict[int, str]:
 
 def rank_list(ranks: Iterable[int]) -> str:
     """``rank 1`` / ``ranks 0,2-5`` (long sets elided)."""
-    from ddp_autopsy.analyzer.stacktree import short_ranks
-
-    rs = sorted(set(ranks))
-    if not rs:
-        return "no rank"
-    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {short_ranks(rs)}"
+    return rank_phrase(ranks, empty="no rank")

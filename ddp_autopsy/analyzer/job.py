@@ -14,16 +14,18 @@ from __future__ import annotations
 import io
 import json
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from ddp_autopsy.analyzer import attribution
 from ddp_autopsy.analyzer.events import EVENT_SCHEMA, FileContext, ScanStats, scan_text
+from ddp_autopsy.analyzer.facts import FACTS
 from ddp_autopsy.analyzer.flight_recorder import (
     FRDump,
     FRFrames,
@@ -33,6 +35,7 @@ from ddp_autopsy.analyzer.flight_recorder import (
 )
 from ddp_autopsy.analyzer.fr_reader import DumpFile, read_files
 from ddp_autopsy.analyzer.layout import attribution_from_path
+from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.analyzer.sources import (
     BUNDLE_SCHEMA_PREFIX,
     READ_ERRORS,
@@ -54,15 +57,15 @@ from ddp_autopsy.analyzer.stacks import (
     parse_pyspy_text,
 )
 
-#: Event kinds that mean something failed (used to tell a recovered run from a failed one).
 MAX_DUMP_BYTES = 512 << 20
 
-FAILURE_KINDS = frozenset({
-    "exception", "elastic_failure", "worker_failed", "spawn_failed", "port_in_use",
-    "connect_timeout", "connect_failed", "store_clients_timeout", "store_wait_timeout",
-    "watchdog_timeout", "gloo_timeout", "collective_fingerprint_mismatch", "nccl_error",
-    "rdzv_connection_error", "monitored_barrier_failed",
-})
+if TYPE_CHECKING:
+    from ddp_autopsy.analyzer.collectives import CollectiveReport
+    from ddp_autopsy.analyzer.crashes import Crashes
+    from ddp_autopsy.analyzer.stacktree import StackTree
+
+#: Event kinds that mean something failed (used to tell a recovered run from a failed one).
+FAILURE_KINDS = frozenset(kinds_tagged("failure"))
 
 ENV_SCHEMA: dict[str, Any] = {
     "host": pl.String, "pid": pl.Int64, "rank": pl.Int64, "key": pl.String, "value": pl.String,
@@ -114,11 +117,61 @@ class Job:
     collectives: pl.DataFrame = field(default_factory=lambda: FRFrames.empty().collectives)
     fr_dumps: pl.DataFrame = field(default_factory=lambda: FRFrames.empty().dumps)
     fr_groups: pl.DataFrame = field(default_factory=lambda: FRFrames.empty().groups)
+    #: How many times each derived fact was built (once per job; tests count).
+    fact_builds: Counter[str] = field(default_factory=Counter, init=False, repr=False)
+    _facts: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _rows: dict[tuple[tuple[str, ...], bool], list[dict[str, Any]]] = field(
+        default_factory=dict, init=False, repr=False)
+    _history: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame] | None = field(
+        default=None, init=False, repr=False)
     _restarts: tuple[pl.DataFrame, dict[str, int]] | None = field(default=None, init=False,
                                                                    repr=False)
 
     def frame(self, name: str) -> pl.DataFrame:
         return getattr(self, name)
+
+    # --- derived facts (analyzer/facts.py): each built at most once ---------------------------
+
+    def fact(self, name: str) -> Any:
+        """The derived fact ``name`` (see :data:`~ddp_autopsy.analyzer.facts.FACTS`), built on
+        first use and cached (replacing a frame starts the cache over)."""
+        frames = (id(self.events), id(self.stacks), id(self.collectives), id(self.processes))
+        if self._facts.get("_frames") != frames:  # a frame was replaced: start over
+            self.forget()
+            self._facts["_frames"] = frames
+        if name not in self._facts:
+            spec = FACTS[name]
+            self.fact_builds[name] += 1
+            self._facts[name] = spec.build(self)
+        return self._facts[name]
+
+    def forget(self) -> None:
+        """Drop every derived fact (after a frame was replaced)."""
+        self._facts.clear()
+        self._rows.clear()
+        self._history = None
+
+    @property
+    def stack_tree(self) -> StackTree:
+        return self.fact("stack_tree")
+
+    @property
+    def collective_report(self) -> CollectiveReport:
+        return self.fact("collective_report")
+
+    @property
+    def crashes(self) -> Crashes:
+        return self.fact("crashes")
+
+    @property
+    def rank_state(self) -> pl.DataFrame:
+        """The per-rank table (analyzer/rankstate.py)."""
+        return self.fact("rank_state")
+
+    @property
+    def active_events(self) -> pl.DataFrame:
+        """``events`` without the rows a later clean restart made history."""
+        return self.fact("active_events")
 
     @property
     def readable(self) -> bool:
@@ -126,21 +179,50 @@ class Job:
         return any(rec.kind != "skipped" for rec in self.inputs)
 
     def has(self, name: str) -> bool:
-        """Whether the inputs held this kind of data (logs that matched nothing still count:
-        rules over ``events`` then rule out rather than go unevaluated)."""
+        """Whether the inputs held this kind of data, or what a derived fact is made of (logs
+        that matched nothing still count: rules over ``events`` then rule out rather than go
+        unevaluated)."""
+        if name in FACTS:
+            return FACTS[name].available(self)
         if name == "events":
             return any(rec.kind == "log" for rec in self.inputs)
         if name == "collectives":
             return self.fr_dumps.height > 0
+        if name == "bundles":
+            return bool(self.bundles)
         df = getattr(self, name, None)
         return isinstance(df, pl.DataFrame) and df.height > 0
 
-    def of_kind(self, *kinds: str) -> pl.DataFrame:
-        return self.events.filter(pl.col("kind").is_in(list(kinds)))
+    def of_kind(self, *kinds: str, history: bool = False) -> pl.DataFrame:
+        """Events of these kinds; with ``history``, also those a later clean restart made
+        history (see :meth:`superseded`)."""
+        events = self.events if history else self.active_events
+        return events.filter(pl.col("kind").is_in(list(kinds)))
 
-    def rows(self, *kinds: str) -> list[dict[str, Any]]:
-        """Events of these kinds as dicts, ``data`` decoded, in input order."""
-        return self.decoded_rows(self.of_kind(*kinds))
+    def rows(self, *kinds: str, history: bool = False) -> list[dict[str, Any]]:
+        """Events of these kinds as dicts, ``data`` decoded, in input order (decoded once per
+        job; the dicts are shared: read them, do not change them)."""
+        key = (kinds, history)
+        if key not in self._rows:
+            self._rows[key] = self.decoded_rows(self.of_kind(*kinds, history=history))
+        return list(self._rows[key])
+
+    def history_split(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(active, history): failures before their source's last clean run start (a run
+        start with no failure after it) are history; context lines stay active."""
+        if self._history is None or self._history[0] is not self.events:
+            starts = self._clean_restarts()
+            if not starts:
+                active, old = self.events, self.events.clear()
+            else:
+                start = pl.col("source").replace_strict(starts, default=None,
+                                                        return_dtype=pl.Int64)
+                old_rows = start.is_not_null() & pl.col("line").is_not_null() \
+                    & (pl.col("line") < start) & pl.col("kind").is_in(list(FAILURE_KINDS))
+                active = self.events.filter(~old_rows)
+                old = self.events.filter(old_rows)
+            self._history = (self.events, active, old)
+        return self._history[1], self._history[2]
 
     @staticmethod
     def decoded_rows(events: pl.DataFrame) -> list[dict[str, Any]]:
@@ -192,7 +274,7 @@ class Job:
                 sizes.append(ws)
         if self.processes.height:
             sizes += [int(x) for x in self.processes["world_size"].drop_nulls().to_list()]
-        for row in self.of_kind("store_clients_timeout").iter_rows(named=True):
+        for row in self.of_kind("store_clients_timeout", history=True).iter_rows(named=True):
             sizes.append(json.loads(row["data"])["world"])
         return max(sizes) if sizes else None
 

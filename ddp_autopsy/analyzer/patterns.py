@@ -20,12 +20,18 @@ class Pattern:
     regex: re.Pattern[str]
     #: Converters for named groups (default: str).
     types: tuple[tuple[str, type], ...] = ()
+    #: Groups that are another wording's copy of a field (``port2`` → ``port``): a regex cannot
+    #: name two groups alike, so the copies are folded into the field here, not in the rules.
+    aliases: tuple[tuple[str, str], ...] = ()
 
     def match(self, body: str) -> dict[str, Any] | None:
         m = self.regex.search(body)
         if not m:
             return None
         fields: dict[str, Any] = {k: v for k, v in m.groupdict().items() if v is not None}
+        for copy, name in self.aliases:
+            if copy in fields:
+                fields.setdefault(name, fields.pop(copy))
         for name, conv in self.types:
             if name in fields:
                 try:
@@ -35,10 +41,24 @@ class Pattern:
         return fields
 
 
-def _p(kind: str, needles: str | tuple[str, ...], regex: str, **types: type) -> Pattern:
+_NUMBERED = re.compile(r"^(?P<base>[a-z_]+?)(?P<n>[2-9])$")
+
+
+def _p(kind: str, needles: str | tuple[str, ...], regex: str,
+       alias: dict[str, str] | None = None, **types: type) -> Pattern:
+    """A pattern; a group ``X2``/``X3``… is folded into ``X`` when the regex also has ``X``
+    (another wording of the same field), plus the explicit ``alias`` map."""
     if isinstance(needles, str):
         needles = (needles,)
-    return Pattern(kind, needles, re.compile(regex), tuple(types.items()))
+    rx = re.compile(regex)
+    names = set(rx.groupindex)
+    aliases = dict(alias or {})
+    for name in names:
+        m = _NUMBERED.match(name)
+        if m and m["base"] in names and name not in aliases:
+            aliases[name] = m["base"]
+    types = {aliases.get(k, k): v for k, v in types.items()}
+    return Pattern(kind, needles, rx, tuple(types.items()), tuple(sorted(aliases.items())))
 
 
 PATTERNS: tuple[Pattern, ...] = (
@@ -410,6 +430,7 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?:Duplicate GPU detected : rank (?P<r1>\d+) and rank (?P<r2>\d+) both on CUDA device "
         r"(?P<busid>[0-9a-fA-F]+)|Multiple [Rr]anks (?:detected using|are using) the same GPU"
         r"|Detected ranks (?P<r3>\d+) and (?P<r4>\d+) sharing GPU with bus (?P<bus2>[0-9a-fA-F]+))",
+        alias={"r3": "r1", "r4": "r2", "bus2": "busid"},
         r1=int,
         r2=int,
         r3=int,
@@ -517,3 +538,72 @@ ELASTIC_NEEDLES: tuple[str, ...] = (
     "traceback :",
     "FAILED",
 )
+
+# --- what each event kind means ------------------------------------------------------------
+# The one definition every layer uses (the restart policy, the collective report, the crash
+# set, the per-rank state, the reports): a kind carries tags, and code asks for a tag.
+#
+# failure     something failed: a later clean restart in the same file makes it history
+# crash       a process died or raised (its own failure, or a consequence of another's)
+# hang        collectives were failing to complete (the job was stuck, not just dumped mid-run)
+# lost_peer   the rank failed waiting for, or talking to, the others
+# mismatch    a collective-level disagreement between ranks
+# start       a run (re)started
+# info        context only: never a failure by itself
+TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
+    "port_in_use": {"failure"},
+    "unresolved_host": {"failure"},
+    "run_start": {"start", "info"},
+    "connect_timeout": {"failure", "lost_peer"},
+    "connect_failed": {"failure"},
+    "connect_retry": {"info"},
+    "rdzv_connection_error": {"failure"},
+    "store_clients_timeout": {"failure"},
+    "store_wait_timeout": {"failure", "lost_peer"},
+    "watchdog_timeout": {"failure", "hang", "lost_peer"},
+    "watchdog_summary": {"failure", "hang"},
+    "watchdog_abort": {"failure"},
+    "watchdog_hang": {"failure"},
+    "gloo_timeout": {"failure", "hang", "lost_peer"},
+    "desync_not_joined": {"failure", "hang"},
+    "desync_never_joined": {"failure", "hang"},
+    "desync_not_finished": {"failure"},
+    "desync_timeout_at": {"failure"},
+    "monitored_barrier_failed": {"failure", "hang", "lost_peer"},
+    "monitored_barrier_timeout": {"failure"},
+    "monitored_barrier_peer_error": {"failure"},
+    "collective_fingerprint_mismatch": {"failure", "mismatch"},
+    "nccl_error": {"failure", "lost_peer"},
+    "peer_closed": {"failure", "lost_peer"},
+    "exception": {"failure", "crash"},
+    "elastic_failure": {"failure", "crash"},
+    "worker_failed": {"failure", "crash"},
+    "spawn_failed": {"failure", "crash"},
+    "oom": {"failure", "crash"},
+    "agent_signal": {"info"},
+    "closing_signal": {"info"},
+    "rank_local_work": {"info"},
+    "unused_parameters": {"failure"},
+    "backend_device_mismatch": {"failure"},
+    "no_socket_interface": {"failure"},
+    "socket_ifname": {"info"},
+    "nccl_interface": {"info"},
+    "nccl_version": {"info"},
+    "nccl_version_mismatch": {"failure"},
+    "nccl_connect_failure": {"failure"},
+    "gloo_connect_failure": {"failure"},
+    "duplicate_gpu": {"failure"},
+    "shm_error": {"failure"},
+    "network_error": {"failure"},
+    "nccl_message_truncated": {"failure"},
+    "nccl_bootstrap_mismatch": {"failure"},
+    "cuda_failure": {"failure"},
+    "last_line": {"info"},
+    "init_file_url": {"info"},
+    "traceback": {"info"},
+}.items()}
+
+
+def kinds_tagged(tag: str) -> tuple[str, ...]:
+    """Every event kind carrying ``tag``, sorted (for ``pl.col("kind").is_in``)."""
+    return tuple(sorted(k for k, tags in TAGS.items() if tag in tags))

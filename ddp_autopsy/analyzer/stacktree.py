@@ -47,8 +47,8 @@ from typing import Any, Literal
 
 import polars as pl
 
+from ddp_autopsy.analyzer.ranksets import short_ranks
 from ddp_autopsy.analyzer.stackview import COLLECTIVES, LIBRARY_FILE, Frame, RankStack
-from ddp_autopsy.rules.base import format_ranks
 
 #: Process roles (``processes`` frame) kept out of the main tree, in trees of their own.
 SIDE_ROLES: tuple[str, ...] = ("agent", "dataloader", "other")
@@ -104,19 +104,6 @@ def who(procs: Iterable[Proc], limit: int = 8) -> str:
         parts.append(f"pid{'s' if len(pids) > 1 else ''} "
                      f"{','.join(str(p) for p in shown[:limit - 1])}{more}")
     return ", ".join(parts) or "unknown process"
-
-
-def short_ranks(ranks: Iterable[int], limit: int = 8) -> str:
-    """:func:`~ddp_autopsy.rules.base.format_ranks`, elided past ``limit`` ranges.
-
-    >>> short_ranks([0, 1, 2, 9]), short_ranks(range(0, 20, 2), limit=3)
-    ('0-2,9', '0,2,…,18 (10 ranks)')
-    """
-    rs = sorted(set(ranks))
-    parts = format_ranks(rs).split(",")
-    if len(parts) <= limit:
-        return ",".join(parts)
-    return f"{','.join(parts[:limit - 1])},…,{parts[-1]} ({len(rs)} ranks)"
 
 
 @dataclass(eq=False)
@@ -340,9 +327,10 @@ def build(stacks: pl.DataFrame, processes: pl.DataFrame | None = None, *,
     return tree
 
 
-def from_job(job: Any, **kwargs: Any) -> StackTree:
-    """:func:`build` over a :class:`~ddp_autopsy.analyzer.job.Job`'s stacks and processes."""
-    return build(job.stacks, job.processes if job.processes.height else None, **kwargs)
+def from_job(job: Any) -> StackTree:
+    """The merged tree of a :class:`~ddp_autopsy.analyzer.job.Job` (its ``stack_tree`` fact:
+    built once per job)."""
+    return job.stack_tree
 
 
 # --------------------------------------------------------------------------- internals

@@ -1172,7 +1172,7 @@ def page(analysis: Analysis, tree: StackTree | None = None,
          now: datetime | None = None) -> Page:
     """The view model of the report (everything the template shows, already cleaned)."""
     job = analysis.job
-    tree = tree if tree is not None else stacktree.from_job(job)
+    tree = tree if tree is not None else job.stack_tree
     reader = _ContextReader(job)
     reader.prefetch(ev for f in analysis.findings for ev in f.evidence)
     findings = [_finding_view(f, reader) for f in analysis.findings]

@@ -1,6 +1,8 @@
 """The terminal report: the verdict first, then the other findings, then what was not examined.
 
 Log text is printed as plain text (never as rich markup) and evidence lines are not wrapped.
+Everything that comes from the inputs (log lines, file names, hosts, rule summaries quoting them)
+passes through :func:`termsafe`: control characters are shown escaped, never sent.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
+from ddp_autopsy.reports.termsafe import termsafe
 from ddp_autopsy.rules.base import Finding, format_ranks
 from ddp_autopsy.rules.engine import Analysis
 
@@ -22,15 +25,15 @@ def _who(f: Finding) -> str:
         parts.append(f"rank{'s' if len(f.ranks) > 1 else ''} {format_ranks(f.ranks)}")
     if f.hosts:
         parts.append(f"host{'s' if len(f.hosts) > 1 else ''} {', '.join(f.hosts[:6])}")
-    return " · ".join(parts)
+    return termsafe(" · ".join(parts))
 
 
 def _evidence(console: Console, f: Finding, indent: str, limit: int = 3) -> None:
     for ev in f.evidence[:limit]:
         line = Text(indent)
-        line.append(ev.location, style="cyan")
+        line.append(termsafe(ev.location), style="cyan")
         line.append("  ")
-        line.append(ev.text.strip())
+        line.append(termsafe(ev.text.strip()))
         console.print(line, soft_wrap=True)
 
 
@@ -55,15 +58,16 @@ def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = N
             console.print("Nothing in the inputs looks like a failure.", soft_wrap=True)
     else:
         line = Text("VERDICT  ", style="bold red")
-        line.append(verdict.summary, style="bold")
+        line.append(termsafe(verdict.summary), style="bold")
         console.print(line, soft_wrap=True)
-        meta = Text(f"         {verdict.cause} ({verdict.rule} {verdict.slug})", style="dim")
+        meta = Text(termsafe(f"         {verdict.cause} ({verdict.rule} {verdict.slug})"),
+                    style="dim")
         who = _who(verdict)
         if who:
             meta.append(f" · {who}")
         console.print(meta, soft_wrap=True)
         _evidence(console, verdict, "         ")
-        console.print(Text("         remedy: ", style="green").append(verdict.remedy),
+        console.print(Text("         remedy: ", style="green").append(termsafe(verdict.remedy)),
                       soft_wrap=True)
 
     others = [f for f in analysis.findings if f is not verdict]
@@ -76,24 +80,23 @@ def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = N
                 label = f"symptom of {f.explained_by}"
             line = Text(f"  {f.id} ")
             line.append(f"[{label}] ", style="yellow" if f.role == "symptom" else "magenta")
-            line.append(f.summary)
+            line.append(termsafe(f.summary))
             line.append(f"  ({f.rule} {f.slug})", style="dim")
             console.print(line, soft_wrap=True)
             _evidence(console, f, "       ", limit=1)
 
     if job.stacks.height:
-        from ddp_autopsy.analyzer import stacktree
         from ddp_autopsy.reports import stacks_text
 
         console.print()
-        stacks_text.render(console, stacktree.from_job(job))
+        stacks_text.render(console, job.stack_tree)
 
     skipped = [o for o in analysis.outcomes if o.status in ("not_evaluated", "errored")]
     if job.notes or skipped:
         console.print()
         console.print(Text("Not examined", style="bold"))
         for note in job.notes:
-            console.print(Text(f"  {note.path}: {note.message}"), soft_wrap=True)
+            console.print(Text(termsafe(f"  {note.path}: {note.message}")), soft_wrap=True)
         for o in skipped:
             if o.status == "not_evaluated":
                 missing = ", ".join(o.missing)
@@ -101,4 +104,4 @@ def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = N
             else:
                 last = (o.error or "").strip().splitlines()[-1:] or ["?"]
                 msg = f"  {o.rule} {o.slug}: rule failed ({last[0]}); the other rules ran"
-            console.print(Text(msg, style="dim"), soft_wrap=True)
+            console.print(Text(termsafe(msg), style="dim"), soft_wrap=True)

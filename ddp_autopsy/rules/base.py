@@ -13,6 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from ddp_autopsy.analyzer.ranksets import (  # noqa: F401  (the rules' phrasers live here)
+    format_ranks,
+    rank_phrase,
+    short_ranks,
+    subject,
+    writers_phrase,
+)
 from ddp_autopsy.analyzer.timestamps import UTC
 
 if TYPE_CHECKING:
@@ -182,8 +189,11 @@ class Rule:
     #: Role of this rule's findings unless a finding says otherwise.
     role: ClassVar[Role] = "root_cause"
     severity: ClassVar[Severity] = "error"
-    #: Frames the rule needs; the engine does not call it if any is empty.
-    inputs: ClassVar[tuple[str, ...]] = ("events",)
+    #: Frames and derived facts (analyzer/facts.py) the rule cannot run without: when the inputs
+    #: lack one, the rule is "not evaluated", naming it.
+    requires: ClassVar[tuple[str, ...]] = ("events",)
+    #: Facts it uses when they are there (declared, so a typo fails the catalog test).
+    optional: ClassVar[tuple[str, ...]] = ()
     status: ClassVar[str] = "stable"
 
     @classmethod
@@ -254,39 +264,6 @@ class Rule:
         )
 
 
-def format_ranks(ranks: Iterable[int]) -> str:
-    """``[0,1,2,5,7,8]`` → ``"0-2,5,7-8"``."""
-    rs = sorted(set(ranks))
-    if not rs:
-        return ""
-    parts: list[str] = []
-    start = prev = rs[0]
-    for r in rs[1:]:
-        if r == prev + 1:
-            prev = r
-            continue
-        parts.append(f"{start}-{prev}" if prev > start else str(start))
-        start = prev = r
-    parts.append(f"{start}-{prev}" if prev > start else str(start))
-    return ",".join(parts)
-
-
-def rank_phrase(ranks: Iterable[int]) -> str:
-    rs = sorted(set(ranks))
-    if not rs:
-        return "an unknown rank"
-    return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {format_ranks(rs)}"
-
-
-def writers_phrase(ids: Iterable[str], limit: int = 4) -> str:
-    """``{"rank 3", "rank 1", "node2 pid 7"}`` → ``"ranks 1,3, node2 pid 7"``."""
-    ids = set(ids)
-    ranks = sorted(int(i[5:]) for i in ids if i.startswith("rank "))
-    others = sorted(i for i in ids if not i.startswith("rank "))
-    parts = [f"rank{'s' if len(ranks) > 1 else ''} {format_ranks(ranks)}"] if ranks else []
-    return ", ".join(parts + others[:limit] + (["…"] if len(others) > limit else []))
-
-
 def evidence_of(row: dict[str, Any]) -> Evidence:
     """Evidence from an ``events`` row."""
     text = row.get("text") or ""
@@ -316,10 +293,3 @@ def first_ts(rows: Iterable[dict[str, Any]]) -> datetime | None:
 def ranks_of(rows: Iterable[dict[str, Any]]) -> set[int]:
     """The known ranks of some ``events`` rows."""
     return {r["rank"] for r in rows if r.get("rank") is not None}
-
-
-def subject(ranks: Iterable[int], default: str = "A rank") -> str:
-    """The start of a summary sentence: ``"Ranks 0-2"``, ``"Rank 3"`` or ``default``."""
-    rs = set(ranks)
-    phrase = rank_phrase(rs) if rs else default
-    return phrase[0].upper() + phrase[1:]

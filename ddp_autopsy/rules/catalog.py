@@ -24,7 +24,8 @@ def rule_dict(rule: type[Rule]) -> dict[str, Any]:
         "role": rule.role,
         "severity": rule.severity,
         "status": rule.status,
-        "inputs": list(rule.inputs),
+        "requires": list(rule.requires),
+        "optional": list(rule.optional),
         "sections": {name: sections.get(name, "") for name in DOC_SECTIONS},
     }
 
@@ -34,7 +35,10 @@ def rule_markdown(rule: type[Rule]) -> str:
     out = [f"# {rule.code} {rule.slug}", "", f"**{rule.title()}**", ""]
     cause = f"`{rule.cause}`" if rule.cause else "none (reports a symptom)"
     out += [f"- cause: {cause}", f"- role: `{rule.role}`", f"- severity: `{rule.severity}`",
-            f"- inputs: {', '.join(f'`{i}`' for i in rule.inputs)}", f"- status: {rule.status}",
+            f"- requires: {', '.join(f'`{i}`' for i in rule.requires) or 'nothing'}",
+        *([f"- uses when present: {', '.join(f'`{i}`' for i in rule.optional)}"]
+          if rule.optional else []),
+        f"- status: {rule.status}",
             ""]
     for name in DOC_SECTIONS:
         out += [f"## {name}", "", sections.get(name, "").strip(), ""]

@@ -65,7 +65,7 @@ class Analysis:
 def run(job: Job, rules: tuple[type[Rule], ...] | None = None) -> Analysis:
     analysis = Analysis(job)
     for rule_cls in rules or registry():
-        missing = [name for name in rule_cls.inputs if not job.has(name)]
+        missing = [name for name in rule_cls.requires if not job.has(name)]
         if missing:
             analysis.outcomes.append(Outcome(rule_cls.code, rule_cls.slug, "not_evaluated",
                                              missing=missing))

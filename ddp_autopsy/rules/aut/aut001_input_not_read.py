@@ -35,7 +35,7 @@ class InputNotRead(Rule):
     slug = "input-not-read"
     role = "info"
     severity = "warning"
-    inputs = ()
+    requires = ()
 
     @classmethod
     def example_files(cls) -> dict[str, bytes]:

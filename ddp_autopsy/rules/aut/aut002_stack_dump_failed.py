@@ -64,7 +64,7 @@ class StackDumpFailed(Rule):
     slug = "stack-dump-failed"
     role = "info"
     severity = "warning"
-    inputs = ("processes",)
+    requires = ("processes",)
 
     @classmethod
     def example_files(cls) -> dict[str, bytes]:

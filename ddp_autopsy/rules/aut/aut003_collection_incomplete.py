@@ -100,7 +100,7 @@ class CollectionIncomplete(Rule):
     slug = "collection-incomplete"
     role = "info"
     severity = "warning"
-    inputs = ()
+    requires = ()
 
     @classmethod
     def example_files(cls) -> dict[str, bytes]:

@@ -9,7 +9,7 @@ from ddp_autopsy.rules.base import Rule
 class FlightRecorderRule(Rule):
     """Base of the rules over the ``collectives`` frame; not a rule itself."""
 
-    inputs = ("collectives",)
+    requires = ("collectives",)
 
     @classmethod
     def example_files(cls) -> dict[str, bytes]:

@@ -65,10 +65,10 @@ class RankStuckOutsideCollective(Rule):
     code = "COLL002"
     slug = "rank-stuck-outside-collective"
     cause = "rank_stuck_outside_collective"
-    inputs = ("stacks",)
+    requires = ("stacks",)
 
     def check(self, job: Job) -> Iterator[Finding]:
-        tree = stacktree.from_job(job)
+        tree = job.stack_tree
         if len(tree) < 2:
             return
         waiting = [c for c in tree.classes if c.collective is not None]

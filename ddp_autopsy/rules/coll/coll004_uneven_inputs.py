@@ -67,10 +67,10 @@ class UnevenInputs(Rule):
     slug = "uneven-inputs"
     cause = "uneven_inputs"
     severity = "critical"
-    inputs = ("stacks",)
+    requires = ("stacks",)
 
     def check(self, job: Job) -> Iterator[Finding]:
-        tree = stacktree.from_job(job)
+        tree = job.stack_tree
         in_backward = [c for c in tree.classes if c.collective and is_backward_wait(c.collective)]
         if not in_backward:
             return

@@ -52,8 +52,8 @@ class CollectiveNotJoined(FlightRecorderRule):
     cause = "rank_stuck_outside_collective"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        report = collectives.analyze(job)
-        crashed = collectives.crashed_ranks(job)
+        report = job.collective_report
+        crashed = set(job.crashes.ranks)
         for g in report.groups:
             if not g.fr or g.stuck_at is None or not g.waiting:
                 continue

@@ -55,7 +55,7 @@ class CollectiveDivergence(FlightRecorderRule):
     severity = "critical"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        report = collectives.analyze(job)
+        report = job.collective_report
         for g in report.groups:
             d = g.divergence
             if d is None:

@@ -51,7 +51,7 @@ class MissingFlightRecorderRanks(FlightRecorderRule):
     cause = "missing_ranks"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        report = collectives.analyze(job)
+        report = job.collective_report
         problems = _dump_problems(report)
         for g in report.groups:
             if not g.fr or not (g.no_dump or g.never_joined_any):

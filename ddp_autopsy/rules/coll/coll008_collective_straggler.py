@@ -48,7 +48,7 @@ class CollectiveStraggler(FlightRecorderRule):
     severity = "warning"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        report = collectives.analyze(job)
+        report = job.collective_report
         for g in report.groups:
             if not g.fr or not g.late or g.not_joined or g.stuck_at is None:
                 continue

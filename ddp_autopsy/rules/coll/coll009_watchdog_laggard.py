@@ -49,8 +49,8 @@ class WatchdogLaggard(Rule):
     cause = "rank_stuck_outside_collective"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        report = collectives.analyze(job)
-        crashed = collectives.crashed_ranks(job)
+        report = job.collective_report
+        crashed = set(job.crashes.ranks)
         for g in report.groups:
             if g.fr or g.stuck_at is None:
                 continue

@@ -43,7 +43,7 @@ WINDOW = 20
 
 def _named_rank(row: dict[str, Any]) -> int | None:
     d = row["data"]
-    return d.get("rank", d.get("rank2", row["rank"]))
+    return d.get("rank", row["rank"])
 
 
 class RankLocalWorkBeforeTimeout(Rule):
@@ -77,7 +77,7 @@ class RankLocalWorkBeforeTimeout(Rule):
             return  # only the busy ranks themselves timed out: not others waiting for them
         rows = sorted(last.values(), key=lambda r: (r["source"], r["line"]))
         d = rows[-1]["data"]
-        what = (d.get("what") or d.get("what2") or "its own work").lower()
+        what = (d.get("what") or "its own work").lower()
         others = f"rank{'s' if len(waiting) > 1 else ''} {', '.join(map(str, sorted(waiting)))}" \
             if waiting else "the other ranks"
         yield self.finding(

@@ -95,8 +95,7 @@ class RankCrashed(Rule):
         # The consequence check runs in polars: a log can hold 100,000s of exception lines.
         frame = job.of_kind("exception").with_columns(
             pl.col("text").str.contains(f"(?i){CONSEQUENCE.pattern}").alias("consequence"))
-        all_exceptions = [r for r in job.decoded_rows(frame)
-                          if not job.superseded(r["source"], r["line"])]
+        all_exceptions = job.decoded_rows(frame)
         exceptions = [r for r in all_exceptions if not r["consequence"]]
         failures = job.rows("elastic_failure")
         spawns = job.rows("spawn_failed")
@@ -152,7 +151,7 @@ class RankCrashed(Rule):
         killed = [s for s in spawns if s["data"].get("signal") or s["data"].get("exitcode")]
         if killed:
             s = killed[0]
-            idx = s["data"].get("index") or s["data"].get("index2")
+            idx = s["data"].get("index")
             what = s["data"].get("signal") or f"exit code {s['data'].get('exitcode')}"
             yield self.finding(
                 f"mp.spawn process {idx} died first ({what}).",

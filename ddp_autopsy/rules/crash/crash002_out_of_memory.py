@@ -38,7 +38,7 @@ class OutOfMemory(Rule):
     severity = "critical"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        rows = [r for r in job.rows("oom") if not job.superseded(r["source"], r["line"])]
+        rows = job.rows("oom")
         if not rows:
             return
         ranks = ranks_of(rows)

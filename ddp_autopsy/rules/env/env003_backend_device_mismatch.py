@@ -44,7 +44,7 @@ class BackendDeviceMismatch(Rule):
             return
         ranks = ranks_of(rows)
         d = rows[0]["data"]
-        device = d.get("device") or d.get("device2") or \
+        device = d.get("device") or \
             ("cpu" if d.get("need") == "CUDA" else "cuda" if d.get("need") else None)
         what = f"tensors on {device}" if device else "tensors"
         who = subject(ranks, "A rank")

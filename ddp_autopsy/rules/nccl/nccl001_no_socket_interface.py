@@ -42,8 +42,7 @@ class NoSocketInterface(Rule):
     severity = "critical"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        rows = [r for r in job.rows("no_socket_interface")
-                if not job.superseded(r["source"], r["line"])]
+        rows = job.rows("no_socket_interface")
         if not rows:
             return
         settings = job.rows("socket_ifname")

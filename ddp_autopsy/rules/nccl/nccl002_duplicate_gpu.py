@@ -47,8 +47,8 @@ class DuplicateGpu(Rule):
         buses: set[str] = set()
         for r in rows:
             d = r["data"]
-            ranks |= {d[k] for k in ("r1", "r2", "r3", "r4") if k in d}
-            buses |= {d[k] for k in ("busid", "bus2") if k in d}
+            ranks |= {d[k] for k in ("r1", "r2") if k in d}
+            buses |= {d[k] for k in ("busid",) if k in d}
         where = f" (CUDA device bus id {', '.join(sorted(buses))})" if buses else ""
         who = subject(ranks, "Several ranks")
         yield self.finding(

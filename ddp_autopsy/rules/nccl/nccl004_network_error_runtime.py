@@ -50,10 +50,9 @@ class NetworkErrorRuntime(Rule):
         rows = job.rows("network_error")
         if not rows:
             return
-        peers = sorted({p for r in rows for p in (r["data"].get("peer"), r["data"].get("peer2"))
-                        if p})
-        statuses = sorted({s for r in rows for s in (r["data"].get("status"),
-                                                        r["data"].get("status2")) if s is not None})
+        peers = sorted({r["data"]["peer"] for r in rows if r["data"].get("peer")})
+        statuses = sorted({r["data"]["status"] for r in rows
+                           if r["data"].get("status") is not None})
         what = "; ".join(IB_STATUS.get(s, f"IB status {s}") for s in statuses)
         summary = "The network failed under the running job"
         if peers:

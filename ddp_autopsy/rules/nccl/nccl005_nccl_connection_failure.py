@@ -41,14 +41,11 @@ class NcclConnectionFailure(Rule):
     severity = "critical"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        rows = [r for r in job.rows("nccl_connect_failure")
-                if not job.superseded(r["source"], r["line"])]
+        rows = job.rows("nccl_connect_failure")
         if not rows:
             return
-        peers = sorted({a for r in rows for a in (r["data"].get("addr"), r["data"].get("addr2"))
-                        if a})
-        errors = sorted({e for r in rows for e in (r["data"].get("err"), r["data"].get("err2"))
-                         if e} | {"connection refused (retries exhausted)" for r in rows
+        peers = sorted({r["data"]["addr"] for r in rows if r["data"].get("addr")})
+        errors = sorted({r["data"]["err"] for r in rows if r["data"].get("err")} | {"connection refused (retries exhausted)" for r in rows
                                   if "exceeded retries" in r["text"]}
                         | {f"wrong {r['data']['what']} in the handshake" for r in rows
                            if r["data"].get("what")})

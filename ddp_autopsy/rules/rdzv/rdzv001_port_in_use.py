@@ -40,11 +40,10 @@ class PortInUse(Rule):
     severity = "critical"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        rows = [r for r in job.rows("port_in_use") if not job.superseded(r["source"], r["line"])]
+        rows = job.rows("port_in_use")
         if not rows:
             return
-        ports = sorted({p for r in rows for p in (r["data"].get("port"), r["data"].get("port2"))
-                        if p is not None})
+        ports = sorted({r["data"]["port"] for r in rows if r["data"].get("port") is not None})
         holders = [
             p for b in job.bundles for p in b.probes
             if p.get("listening_here") and (not ports or p.get("master_port") in ports)

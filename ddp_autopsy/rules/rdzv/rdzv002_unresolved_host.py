@@ -43,8 +43,7 @@ class UnresolvedHost(Rule):
     severity = "critical"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        rows = [r for r in job.rows("unresolved_host")
-                if not job.superseded(r["source"], r["line"])]
+        rows = job.rows("unresolved_host")
         if not rows:
             return
         hosts = sorted({r["data"]["host"] for r in rows if r["data"].get("host")})

@@ -40,8 +40,7 @@ class MasterUnreachable(Rule):
     severity = "critical"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        rows = [r for r in job.rows("connect_timeout", "connect_failed", "rdzv_connection_error")
-                if not job.superseded(r["source"], r["line"])]
+        rows = job.rows("connect_timeout", "connect_failed", "rdzv_connection_error")
         if not rows:
             return
         endpoints = sorted({f"{r['data']['host']}:{r['data']['port']}" for r in rows

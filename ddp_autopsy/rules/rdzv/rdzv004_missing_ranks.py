@@ -58,8 +58,7 @@ class MissingRanks(Rule):
             evidence_rows.append(r)
             if world and "processed" in r["data"]:
                 named |= set(range(world)) - set(_ints(r["data"]["processed"])) - {r["data"]["by"]}
-        clients = [r for r in job.rows("store_clients_timeout")
-                   if not job.superseded(r["source"], r["line"])]
+        clients = job.rows("store_clients_timeout")
         evidence_rows += clients
         for r in clients:
             world = max(world or 0, r["data"]["world"])

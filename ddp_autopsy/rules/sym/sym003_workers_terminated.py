@@ -41,7 +41,7 @@ class WorkersTerminated(Rule):
                  if r["data"].get("exitcode") in (-15, -6, -2)]
         if not rows:
             return
-        pids = sorted({r["data"].get("pid") or r["data"].get("pid2") for r in rows} - {None})
+        pids = sorted({r["data"].get("pid") for r in rows} - {None})
         summary = "The launcher stopped the remaining workers"
         summary += f" (pids {', '.join(map(str, pids[:8]))})." if pids else "."
         yield self.finding(summary, evidence=[evidence_of(r) for r in rows[:3]],
