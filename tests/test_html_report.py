@@ -271,15 +271,15 @@ def test_rank_grid_has_one_cell_per_rank(hang: tuple[Analysis, str]) -> None:
 
 def test_rank_states_precedence_and_no_data(tmp_path: Path) -> None:
     a = analyse(write_hang(tmp_path / "h"))
-    tree = html.stacktree.from_job(a.job)
-    states = html.rank_states(a, tree)
+    states = html.rank_states(a)
     assert states[2][0] == "culprit" and states[0][0] == "failed"
     a.job.events = a.job.events.clear()  # no timeouts: the stacks speak
     a.findings = [f for f in a.findings if f.rule == "COLL002"]
-    states = html.rank_states(a, tree)
+    states = html.rank_states(a)
     assert [states[r][0] for r in range(4)] == ["waiting", "waiting", "culprit", "waiting"]
     a.job.bundles = [Bundle("b", {"job": {"world_size": 6}})]
-    assert html.rank_states(a, tree)[5] == ("nodata", "no input")
+    a.job.forget()  # the world size comes from the bundles, not a frame
+    assert html.rank_states(a)[5] == ("nodata", "no input names this rank")
 
 
 def test_huge_world_folds_uniform_rows(tmp_path: Path) -> None:

@@ -58,6 +58,10 @@ def test_rule_near_miss_does_not_fire(rule) -> None:
     analysis = run(load([case]))
     fired = [f for f in analysis.findings if f.rule == rule.code and f.role != "info"]
     assert not fired, f"{rule.code} fired on its near-miss: {fired[0].summary}"
+    # It must have looked and found nothing: a rule that errored or lacked its inputs proves
+    # nothing about the near-miss.
+    outcome = next(o for o in analysis.outcomes if o.rule == rule.code)
+    assert outcome.status in ("ruled_out", "finding"), (rule.code, outcome.to_dict())
 
 
 def test_generated_docs_are_current() -> None:

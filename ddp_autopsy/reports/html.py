@@ -490,21 +490,22 @@ def _tree_summary(tree: StackTree, unit: str = "process") -> str:
 
 # --------------------------------------------------------------------------- rank-state grid
 
-#: Rank states, most telling first: a rank gets the first that applies.
+#: Grid states, most telling first: the verdict's culprits and the ranks the launcher stopped
+#: are the analysis' marks; every other state is the job's per-rank table (analyzer/rankstate.py).
 STATES: tuple[tuple[str, str, str], ...] = (
     ("culprit", "culprit", "named by the verdict"),
-    ("crashed", "crashed", "raised, exited or ran out of memory"),
+    ("crashed", "crashed", "raised, exited with an error or ran out of memory"),
     ("elsewhere", "outside collective", "its stack is outside any collective"),
     ("failed", "timed out / lost peer", "failed waiting for the others"),
     ("waiting", "waiting in collective", "its stack waits in a torch.distributed call"),
+    ("frozen", "frozen", "its stack could not be taken in time (stopped, or the GIL held)"),
     ("terminated", "terminated", "stopped by the launcher after another failure"),
+    ("exited", "exited", "its process was gone when collected"),
     ("seen", "seen, no failure", "in the logs or stacks, nothing wrong"),
     ("nodata", "no data", "within the world size, but absent from every input"),
 )
-FAILED_KINDS = ("watchdog_timeout", "gloo_timeout", "store_wait_timeout", "connect_timeout",
-                "peer_closed", "nccl_error", "monitored_barrier_failed")
-FAILED_RULES = frozenset({"SYM001", "SYM002"})
-TERMINATED_RULES = frozenset({"SYM003"})
+#: The per-rank table's state → the grid's (CSS class) name.
+GRID_STATE = {"busy": "elsewhere", "missing": "nodata"}
 
 
 @dataclass
@@ -540,56 +541,25 @@ class GridView:
     note: str
 
 
-def rank_states(analysis: Analysis, tree: StackTree) -> dict[int, tuple[str, str]]:
-    """Rank → (state, why) for every rank the inputs name or the world size implies."""
-    job = analysis.job
+def rank_states(analysis: Analysis) -> dict[int, tuple[str, str]]:
+    """Rank → (grid state, why) for every rank the inputs name or the world size implies."""
+    out: dict[int, tuple[str, str]] = {}
+    for r, state, why in analysis.job.rank_state.select("rank", "state", "why").iter_rows():
+        out[r] = (GRID_STATE.get(state, state), why or "")
+    terminated = {r: f"{f.id} {f.rule} {f.slug}" for f in analysis.findings
+                  if f.slug == "workers-terminated" for r in f.ranks}
+    for r, why in terminated.items():
+        if out.get(r, ("seen", ""))[0] in ("seen", "failed", "nodata"):
+            out[r] = ("terminated", why)
     verdict = analysis.verdict
-    why: dict[str, dict[int, str]] = {s: {} for s, _, _ in STATES}
     if verdict is not None:
         for r in verdict.ranks:
-            why["culprit"][r] = f"{verdict.id} {verdict.rule} {verdict.slug}"
-    for f in analysis.findings:
-        state = ("crashed" if f.rule.startswith("CRASH")  # (a symptom's cause may be its root's)
-                 else "failed" if f.rule in FAILED_RULES
-                 else "terminated" if f.rule in TERMINATED_RULES else None)
-        if state:
-            for r in f.ranks:
-                why[state].setdefault(r, f"{f.id} {f.rule} {f.slug}")
-    if job.events.height:
-        failed = (job.events.filter(pl.col("kind").is_in(list(FAILED_KINDS))
-                                    & pl.col("rank").is_not_null())
-                  .group_by("rank").agg(pl.col("kind").first()))
-        for r, kind in failed.iter_rows():
-            why["failed"].setdefault(r, kind.replace("_", " "))
-    for r, cls in tree.by_rank().items():
-        if cls.collective is not None:
-            why["waiting"][r] = f"waiting in {cls.collective.func} (stack {cls.id})"
-        else:
-            where = clean(str(cls.user_frame), 160) if cls.user_frame else "unknown frame"
-            place = f", {cls.place}" if cls.place else ""
-            why["elsewhere"][r] = f"in {where}{place} (stack {cls.id})"
-    seen = set(job.ranks["rank"].to_list()) if job.ranks.height else set()
-    universe = set(seen)
-    for s in why.values():
-        universe.update(s)
-    world = job.world_size
-    if world:
-        universe.update(range(world))
-    elif universe:
-        universe.update(range(max(universe) + 1))
-    out: dict[int, tuple[str, str]] = {}
-    for r in sorted(x for x in universe if x is not None and x >= 0):
-        for state, _, _ in STATES[:-2]:
-            if r in why[state]:
-                out[r] = (state, why[state][r])
-                break
-        else:
-            out[r] = ("seen", "no failure recorded") if r in seen else ("nodata", "no input")
+            out[r] = ("culprit", f"{verdict.id} {verdict.rule} {verdict.slug}")
     return out
 
 
-def _grid_view(analysis: Analysis, tree: StackTree) -> GridView | None:
-    states = rank_states(analysis, tree)
+def _grid_view(analysis: Analysis) -> GridView | None:
+    states = rank_states(analysis)
     if not states:
         return None
     host_of: dict[int, str] = {}
@@ -1198,7 +1168,7 @@ def page(analysis: Analysis, tree: StackTree | None = None,
         version=__version__, headline=headline, facts=_facts(analysis, tree),
         verdict=verdict, findings=findings,
         no_failure=not analysis.findings, trees=trees, has_stacks=bool(job.stacks.height),
-        grid=_grid_view(analysis, tree), timeline=_timeline_view(analysis),
+        grid=_grid_view(analysis), timeline=_timeline_view(analysis),
         env=_env_view(job.env), inputs=_inputs_view(analysis), bundles=bundles[:64],
         bundles_more=max(0, len(bundles) - 64), elapsed=f"{job.elapsed_s:.2f} s",
         csp=csp, script=Markup(script),

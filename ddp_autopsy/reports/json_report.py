@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import polars as pl
+
 from ddp_autopsy import __version__
+from ddp_autopsy.analyzer.ranksets import format_ranks
 from ddp_autopsy.rules.engine import Analysis
 
 SCHEMA_ID = "ddp-autopsy/analysis/1"
@@ -25,6 +28,13 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
         }
         for row in job.ranks.iter_rows(named=True)
     ]
+    culprits = set(verdict.ranks) if verdict else set()
+    # Ranks no input names are listed as ranges, not rows (a 65536-rank world with 4 logs).
+    state = job.rank_state
+    missing = state.filter(pl.col("state") == "missing")["rank"].to_list()
+    table = [{**row, "last_time": row["last_time"].isoformat() if row["last_time"] else None,
+              "culprit": row["rank"] in culprits}
+             for row in state.filter(pl.col("state") != "missing").iter_rows(named=True)]
     return {
         "schema": SCHEMA_ID,
         "tool": {"name": "ddp-autopsy", "version": __version__},
@@ -32,7 +42,9 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
         "findings": [f.to_dict() for f in analysis.findings],
         "inputs": [rec.to_dict() for rec in job.inputs],
         "notes": [n.to_dict() for n in job.notes],
-        "ranks": {"world_size": job.world_size, "known": ranks},
+        "ranks": {"world_size": job.world_size, "known": ranks, "table": table,
+                  "missing": format_ranks(missing)},
+        "stacks": job.stack_tree.to_dict() if job.stacks.height else None,
         "rules": [o.to_dict() for o in analysis.outcomes],
     }
 
