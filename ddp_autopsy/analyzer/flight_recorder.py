@@ -75,8 +75,6 @@ import polars as pl
 
 from ddp_autopsy.analyzer.stackview import LIBRARY_FILE
 
-#: Format versions whose layout is documented above (older and newer ones are read the same way).
-KNOWN_VERSIONS: tuple[str, ...] = ("2.2", "2.3", "2.4", "2.5", "2.6", "2.7", "2.8", "2.9", "2.10")
 #: torch's own dump file names: ``<prefix><rank>`` with the default prefixes.
 TORCH_DUMP_NAME = re.compile(r"(?:^|/)(?:nccl|comm_lib)_trace_rank_\d+(?:\.(?:pkl|pickle|json))?$")
 DUMP_SUFFIXES = re.compile(r"\.(?:pkl|pickle|json|fr|trace|dump)$", re.I)
@@ -811,11 +809,6 @@ def _groups_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
             else pl.Series(name, [r[name] for r in rows], dtype)
             for name, dtype in GROUPS_SCHEMA.items()]
     return pl.DataFrame(cols)
-
-
-def collectives_frame(dumps: Iterable[FRDump]) -> pl.DataFrame:
-    """The ``collectives`` frame alone (see :func:`build_frames`)."""
-    return build_frames(dumps).collectives
 
 
 # --------------------------------------------------------------------------- example notation

@@ -237,10 +237,6 @@ class StackTree:
     def members(self, idx: Iterable[int]) -> list[Proc]:
         return [self.procs[i] for i in idx]
 
-    def class_of(self) -> dict[int, StackClass]:
-        """Proc index → its class."""
-        return {m: c for c in self.classes for m in c.members}
-
     def by_rank(self) -> dict[int, StackClass]:
         """Rank → the class of its main thread (ranks with several dumps: the first)."""
         out: dict[int, StackClass] = {}

@@ -263,6 +263,15 @@ class Rule:
             details=details or {},
         )
 
+    def from_rows(self, rows: Sequence[dict[str, Any]], summary: str, *, shown: int = 3,
+                  **kwargs: Any) -> Finding:
+        """The common shape: a finding about some ``events`` rows — the first ``shown`` as
+        evidence, their ranks, hosts and earliest time (each overridable by keyword)."""
+        kwargs.setdefault("ranks", ranks_of(rows))
+        kwargs.setdefault("hosts", [r.get("host") for r in rows])
+        kwargs.setdefault("ts", first_ts(rows))
+        return self.finding(summary, evidence=[evidence_of(r) for r in rows[:shown]], **kwargs)
+
 
 def evidence_of(row: dict[str, Any]) -> Evidence:
     """Evidence from an ``events`` row."""

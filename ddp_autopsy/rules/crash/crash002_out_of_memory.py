@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of, subject
+from ddp_autopsy.rules.base import Finding, Rule, ranks_of, subject
 
 
 class OutOfMemory(Rule):
@@ -48,6 +48,5 @@ class OutOfMemory(Rule):
         who = subject(ranks, "A rank")
         summary = f"{who} ran out of {kind}"
         summary += f" (tried to allocate {tried})." if tried else "."
-        yield self.finding(summary, evidence=[evidence_of(r) for r in rows[:2]], ranks=ranks,
-                           hosts=[r["host"] for r in rows], confidence=0.9, ts=first_ts(rows),
-                           details={"tried": tried, "kind": kind})
+        yield self.from_rows(rows, summary, shown=2, ranks=ranks, confidence=0.9,
+                             details={"tried": tried, "kind": kind})

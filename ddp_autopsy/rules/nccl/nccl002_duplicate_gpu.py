@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, subject
+from ddp_autopsy.rules.base import Finding, Rule, subject
 
 
 class DuplicateGpu(Rule):
@@ -51,9 +51,5 @@ class DuplicateGpu(Rule):
             buses |= {d[k] for k in ("busid",) if k in d}
         where = f" (CUDA device bus id {', '.join(sorted(buses))})" if buses else ""
         who = subject(ranks, "Several ranks")
-        yield self.finding(
-            f"{who} use the same GPU{where}.",
-            evidence=[evidence_of(r) for r in rows[:2]], ranks=ranks,
-            hosts=[r["host"] for r in rows], confidence=0.95, ts=first_ts(rows),
-            details={"bus_ids": sorted(buses)},
-        )
+        yield self.from_rows(rows, f"{who} use the same GPU{where}.", shown=2, ranks=ranks,
+                             confidence=0.95, details={"bus_ids": sorted(buses)})

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of, subject
+from ddp_autopsy.rules.base import Finding, Rule, ranks_of, subject
 
 
 class ShmFailure(Rule):
@@ -54,8 +54,6 @@ class ShmFailure(Rule):
             why = "failed"
         ranks = ranks_of(rows)
         who = subject(ranks, "A rank")
-        yield self.finding(
-            f"Shared memory (/dev/shm) {why}: {who} could not set up its shared-memory segments.",
-            evidence=[evidence_of(r) for r in rows[:2]], ranks=ranks,
-            hosts=[r["host"] for r in rows], confidence=0.9, ts=first_ts(rows),
-        )
+        yield self.from_rows(
+            rows, f"Shared memory (/dev/shm) {why}: {who} could not set up its shared-memory "
+            "segments.", shown=2, ranks=ranks, confidence=0.9)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts
+from ddp_autopsy.rules.base import Finding, Rule
 
 IB_STATUS = {4: "IBV_WC_LOC_PROT_ERR", 5: "IBV_WC_WR_FLUSH_ERR", 10: "IBV_WC_REM_ACCESS_ERR",
              12: "IBV_WC_RETRY_EXC_ERR (peer unreachable or link down)",
@@ -59,8 +59,5 @@ class NetworkErrorRuntime(Rule):
             summary += f": connections to {', '.join(peers[:4])} broke"
         if what:
             summary += f" ({what})"
-        yield self.finding(
-            summary + ".", evidence=[evidence_of(r) for r in rows[:3]],
-            ranks=[r["rank"] for r in rows], hosts=[r["host"] for r in rows],
-            confidence=0.55, ts=first_ts(rows), details={"peers": peers, "ib_status": statuses},
-        )
+        yield self.from_rows(rows, summary + ".", confidence=0.55,
+                             details={"peers": peers, "ib_status": statuses})

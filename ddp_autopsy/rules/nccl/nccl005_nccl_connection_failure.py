@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts
+from ddp_autopsy.rules.base import Finding, Rule
 
 
 class NcclConnectionFailure(Rule):
@@ -54,7 +54,5 @@ class NcclConnectionFailure(Rule):
             summary += f" (to {', '.join(peers[:4])})"
         if errors:
             summary += f": {'; '.join(errors[:3])}"
-        yield self.finding(summary + ".", evidence=[evidence_of(r) for r in rows[:3]],
-                           ranks=[r["rank"] for r in rows], hosts=[r["host"] for r in rows],
-                           confidence=0.8, ts=first_ts(rows),
-                           details={"peers": peers, "errors": errors})
+        yield self.from_rows(rows, summary + ".", confidence=0.8,
+                             details={"peers": peers, "errors": errors})

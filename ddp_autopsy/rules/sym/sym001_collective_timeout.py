@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of, subject
+from ddp_autopsy.rules.base import Finding, Rule, ranks_of, subject
 
 
 class CollectiveTimeout(Rule):
@@ -50,8 +50,5 @@ class CollectiveTimeout(Rule):
                       if r["kind"] == "watchdog_timeout"})
         what = f" in {', '.join(ops[:3])}" if ops else ""
         who = subject(ranks, "Ranks")
-        yield self.finding(
-            f"{who} timed out waiting for peers{what}.",
-            evidence=[evidence_of(r) for r in rows[:3]], ranks=ranks,
-            hosts=[r["host"] for r in rows], confidence=0.9, ts=first_ts(rows),
-        )
+        yield self.from_rows(rows, f"{who} timed out waiting for peers{what}.", ranks=ranks,
+                             confidence=0.9)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of, subject
+from ddp_autopsy.rules.base import Finding, Rule, ranks_of, subject
 
 
 class PeerClosed(Rule):
@@ -44,6 +44,5 @@ class PeerClosed(Rule):
         who = subject(ranks, "Ranks")
         summary = f"{who} lost the connection to a peer"
         summary += f" ({', '.join(peers[:4])})." if peers else "."
-        yield self.finding(summary, evidence=[evidence_of(r) for r in rows[:3]], ranks=ranks,
-                           hosts=[r["host"] for r in rows], confidence=0.9, ts=first_ts(rows),
-                           details={"peers": peers})
+        yield self.from_rows(rows, summary, ranks=ranks, confidence=0.9,
+                             details={"peers": peers})

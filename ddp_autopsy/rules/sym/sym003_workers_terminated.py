@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts
+from ddp_autopsy.rules.base import Finding, Rule
 
 
 class WorkersTerminated(Rule):
@@ -44,6 +44,4 @@ class WorkersTerminated(Rule):
         pids = sorted({r["data"].get("pid") for r in rows} - {None})
         summary = "The launcher stopped the remaining workers"
         summary += f" (pids {', '.join(map(str, pids[:8]))})." if pids else "."
-        yield self.finding(summary, evidence=[evidence_of(r) for r in rows[:3]],
-                           ranks=[r["rank"] for r in rows], hosts=[r["host"] for r in rows],
-                           confidence=0.9, ts=first_ts(rows))
+        yield self.from_rows(rows, summary, confidence=0.9)
