@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from ddp_autopsy import __version__
+from ddp_autopsy import bundle_layout as layout
 from ddp_autopsy.analyzer import attribution
 from ddp_autopsy.analyzer.events import EVENT_SCHEMA, FileContext, ScanStats, scan_text
 from ddp_autopsy.analyzer.facts import FACTS
@@ -35,9 +37,8 @@ from ddp_autopsy.analyzer.flight_recorder import (
 )
 from ddp_autopsy.analyzer.fr_reader import DumpFile, read_files
 from ddp_autopsy.analyzer.layout import attribution_from_path
-from ddp_autopsy.analyzer.patterns import kinds_tagged
+from ddp_autopsy.analyzer.patterns import catalog_hash, kinds_tagged
 from ddp_autopsy.analyzer.sources import (
-    BUNDLE_SCHEMA_PREFIX,
     READ_ERRORS,
     SKIP_SUFFIXES,
     InputNote,
@@ -422,12 +423,12 @@ def _split_bundles(tree: Tree, notes: list[InputNote]) -> tuple[list[tuple[Tree,
     """The collect bundles in a directory or archive (each as a tree of its own files) and the
     files outside any bundle. A bundle inside another bundle's directory is part of it."""
     candidates = sorted((m for m in tree.members
-                         if m.relpath.rsplit("/", 1)[-1] == "manifest.json"
+                         if m.relpath.rsplit("/", 1)[-1] == layout.MANIFEST
                          and m.relpath.count("/") <= BUNDLE_DEPTH),
                         key=lambda m: (m.relpath.count("/"), m.relpath))
     found: list[tuple[str, Bundle]] = []
     for m in candidates:
-        prefix = m.relpath[: -len("manifest.json")]
+        prefix = m.relpath[: -len(layout.MANIFEST)]
         if any(prefix.startswith(p) for p, _ in found):
             continue
         try:
@@ -437,9 +438,9 @@ def _split_bundles(tree: Tree, notes: list[InputNote]) -> tuple[list[tuple[Tree,
             notes.append(InputNote(m.display, f"bundle manifest unreadable: {err}"))
             continue
         if not (isinstance(manifest, dict) and str(manifest.get("schema", "")).startswith(
-                BUNDLE_SCHEMA_PREFIX)):
+                layout.SCHEMA_PREFIX)):
             continue
-        display = m.display[: -len("manifest.json")].rstrip("/!") if prefix else tree.display
+        display = m.display[: -len(layout.MANIFEST)].rstrip("/!") if prefix else tree.display
         if not manifest.get("complete", True):
             notes.append(InputNote(display, "bundle is incomplete (collect was interrupted); "
                                             "partial results used"))
@@ -465,6 +466,11 @@ def _load_summaries(tree: Tree, bundle: Bundle, notes: list[InputNote],
     """Events pre-parsed by collect (``summaries/events.parquet``), sources made absolute."""
     entry = bundle.manifest.get("summaries")
     if not isinstance(entry, dict) or not entry.get("events"):
+        return False
+    if entry.get("tool_version") != __version__ or entry.get("catalog") != catalog_hash():
+        notes.append(InputNote(f"{tree.display}/{entry['events']}", "summary made by another "
+                               "version of ddp-autopsy or its message catalog: raw logs read "
+                               "instead", "info"))
         return False
     try:
         data = tree.read_bytes(entry["events"])
@@ -507,6 +513,11 @@ def _json_member(tree: Tree, relpath: str, notes: list[InputNote]) -> Any:
         return None
 
 
+def _pointer(value: Any, default: str) -> str:
+    """A manifest's pointer to a bundle file, or the layout's place for bundles without it."""
+    return value if isinstance(value, str) and value else default
+
+
 def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: list[InputRecord],
                  event_rows: list[dict[str, Any]], stack_rows: list[dict[str, Any]],
                  env_rows: list[dict[str, Any]], proc_rows: list[dict[str, Any]],
@@ -514,11 +525,11 @@ def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: lis
     man = bundle.manifest
     host = man.get("host")
     collected = _when(man.get("created"))
-    inputs.append(InputRecord(f"{tree.display}/manifest.json", "bundle-manifest"))
-    probes = _json_member(tree, "network/probe.json", notes)
+    inputs.append(InputRecord(f"{tree.display}/{layout.MANIFEST}", "bundle-manifest"))
+    probes = _json_member(tree, _pointer(man.get("network"), layout.NETWORK_PROBES), notes)
     if isinstance(probes, list):
         bundle.probes = probes
-    host_info = _json_member(tree, "host/host.json", notes)
+    host_info = _json_member(tree, layout.HOST_FACTS, notes)
     if isinstance(host_info, dict):
         bundle.host_info = host_info
     by_pid: dict[int, dict[str, Any]] = {}
@@ -547,7 +558,8 @@ def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: lis
                                    proc.get("local_rank"))
                 _load_member(member, _context(member, host=host, ref=collected),
                              notes, inputs, event_rows, stack_rows, owner)
-        info = _json_member(tree, f"processes/{proc['pid']}/info.json", notes)
+        info = _json_member(tree, _pointer(proc.get("info"), layout.process_info(proc["pid"])),
+                            notes)
         if isinstance(info, dict):
             for key, value in (info.get("env") or {}).items():
                 env_rows.append({"host": host, "pid": proc["pid"], "rank": proc.get("rank"),

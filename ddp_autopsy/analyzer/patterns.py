@@ -607,3 +607,17 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
 def kinds_tagged(tag: str) -> tuple[str, ...]:
     """Every event kind carrying ``tag``, sorted (for ``pl.col("kind").is_in``)."""
     return tuple(sorted(k for k, tags in TAGS.items() if tag in tags))
+
+
+def catalog_hash() -> str:
+    """A short hash of the message catalog (patterns, needles, aliases, tags): pre-parsed
+    summaries made under another catalog are stale."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in PATTERNS:
+        h.update(repr((p.kind, p.needles, p.regex.pattern, p.types, p.aliases)).encode())
+    for pattern in (EXCEPTION_LINE, ELASTIC_ROOT, ELASTIC_FAILURES, ELASTIC_ENTRY, ELASTIC_FIELD):
+        h.update(pattern.pattern.encode())
+    h.update(repr(sorted((k, sorted(v)) for k, v in TAGS.items())).encode())
+    return h.hexdigest()[:16]

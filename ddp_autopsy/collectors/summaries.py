@@ -10,13 +10,16 @@ from typing import Any
 
 import polars as pl
 
-EVENTS = "summaries/events.parquet"
+from ddp_autopsy import __version__
+from ddp_autopsy.bundle_layout import SUMMARY_EVENTS as EVENTS
 
 
 def write(root: Path) -> dict[str, Any]:
     """Parse the bundle's logs with the analyzer itself and store the result; return the
-    manifest entry ``{"events": path, "rows": n, "logs": {log path: lines}}``."""
+    manifest entry ``{"events": path, "rows": n, "logs": {log path: lines}, "tool_version",
+    "catalog"}``: the reader ignores a summary made by another version or message catalog."""
     from ddp_autopsy.analyzer.job import load
+    from ddp_autopsy.analyzer.patterns import catalog_hash
 
     job = load([root], use_summaries=False)
     prefix = f"{root}/"
@@ -25,4 +28,5 @@ def write(root: Path) -> dict[str, Any]:
     (root / EVENTS).parent.mkdir(parents=True, exist_ok=True)
     events.write_parquet(root / EVENTS)
     logs = {rec.path.removeprefix(prefix): rec.lines for rec in job.inputs if rec.kind == "log"}
-    return {"events": EVENTS, "rows": events.height, "logs": logs}
+    return {"events": EVENTS, "rows": events.height, "logs": logs, "tool_version": __version__,
+            "catalog": catalog_hash()}

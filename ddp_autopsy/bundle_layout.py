@@ -1,0 +1,49 @@
+"""Where things lie in a collect bundle (docs/bundle.md): the one layout the writer
+(``collectors/``) and the reader (``analyzer/``) share.
+
+The reader follows the manifest's own pointers (``network``, each process's ``info`` and
+``stack``, ``logs[].path``, ``fr_dumps``, ``summaries.events``) and falls back to these paths
+only for bundles that predate a pointer.
+
+>>> process_info(4242), fr_dump("nccl_trace_rank_0"), fr_dump("nccl_trace_rank_0", 2)
+('processes/4242/info.json', 'fr/nccl_trace_rank_0', 'fr/2/nccl_trace_rank_0')
+>>> log_copy("/tmp/run/0.log")
+'logs/tmp/run/0.log'
+"""
+
+from __future__ import annotations
+
+SCHEMA = "ddp-autopsy/bundle/1"
+#: Manifests whose ``schema`` starts with this are bundles (any version of the layout).
+SCHEMA_PREFIX = "ddp-autopsy/bundle/"
+
+MANIFEST = "manifest.json"
+NETWORK_PROBES = "network/probe.json"
+HOST_FACTS = "host/host.json"
+HOST_COMMANDS = {"nvidia-smi": "host/nvidia-smi.txt", "dmesg": "host/dmesg.txt"}
+SUMMARY_EVENTS = "summaries/events.parquet"
+LOGS = "logs"
+
+
+def process_dir(pid: int) -> str:
+    return f"processes/{pid}"
+
+
+def process_info(pid: int) -> str:
+    return f"{process_dir(pid)}/info.json"
+
+
+def fr_dump(name: str, copy: int | None = None) -> str:
+    """A Flight Recorder dump's place; ``copy`` numbers a second dump of the same name."""
+    return f"fr/{name}" if copy is None else f"fr/{copy}/{name}"
+
+
+def log_copy(source: str) -> str:
+    """A copied log lands at ``logs/<its absolute path>`` (``..`` and empty parts dropped)."""
+    parts = [p for p in source.split("/") if p not in ("", ".", "..")]
+    return f"{LOGS}/" + "/".join(parts)
+
+
+def deleted_log(pid: int, fd: int, name: str) -> str:
+    """A log a process still holds open after it was deleted."""
+    return f"{LOGS}/deleted/{pid}-fd{fd}-{name}"
