@@ -7,13 +7,19 @@ in the inputs could be read.
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ddp_autopsy import __version__
 from ddp_autopsy.collectors.command import collect_command
+
+if TYPE_CHECKING:
+    from ddp_autopsy.analyzer.sources import InputNote
 
 EXIT_OK = 0
 EXIT_NO_MATCH = 1  # grep only
@@ -35,11 +41,46 @@ def _analyze(paths: tuple[Path, ...], raw_logs: bool = False, progress: bool = T
     with reading.reading(enabled=progress):
         job = load(list(paths), use_summaries=not raw_logs)
     if not job.readable:
-        for note in job.notes:
-            click.echo(f"ddp-autopsy: {note.path}: {note.message}", err=True)
+        _echo_notes(job.notes)
         click.echo("ddp-autopsy: nothing readable in the given paths", err=True)
         sys.exit(EXIT_NO_INPUT)
     return run(job)
+
+
+def _echo_notes(notes: Iterable[InputNote]) -> None:
+    from ddp_autopsy.reports.termsafe import termsafe
+
+    for note in notes:
+        click.echo(termsafe(f"ddp-autopsy: {note.path}: {note.message}"), err=True)
+
+
+def _check_output(path: Path, *, directory: bool = False) -> None:
+    """Refuse an output path that cannot be written, before any analysis (exit 2)."""
+    from ddp_autopsy.analyzer.sources import shown
+
+    problem = None
+    if directory:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            problem = err.strerror or str(err)
+        else:
+            if not os.access(path, os.W_OK | os.X_OK):
+                problem = "directory not writable"
+    else:
+        parent = path.parent
+        if path.is_dir():
+            problem = "is a directory"
+        elif not parent.is_dir():
+            problem = f"directory {shown(parent)} does not exist"
+        elif not os.access(parent, os.W_OK | os.X_OK) or \
+                (path.exists() and not os.access(path, os.W_OK)):
+            problem = "not writable"
+    if problem:
+        from ddp_autopsy.reports.termsafe import termsafe
+
+        click.echo(termsafe(f"ddp-autopsy: cannot write {shown(path)}: {problem}"), err=True)
+        sys.exit(EXIT_USAGE)
 
 
 def _write_html(analysis, path: Path) -> None:
@@ -63,6 +104,8 @@ def analyze(paths: tuple[Path, ...], fmt: str, html_path: Path | None, color: bo
 
     Several PATHs (e.g. one bundle per node) are analyzed together as one job.
     """
+    if html_path:
+        _check_output(html_path)
     analysis = _analyze(paths, raw_logs, progress=fmt == "text")
     if fmt == "json":
         from ddp_autopsy.reports import json_report
@@ -84,9 +127,13 @@ def analyze(paths: tuple[Path, ...], fmt: str, html_path: Path | None, color: bo
               default=Path("report.html"), show_default=True)
 def report(paths: tuple[Path, ...], output: Path) -> None:
     """Write a self-contained HTML post-mortem of the job to attach to a ticket."""
+    from ddp_autopsy.analyzer.sources import shown
+    from ddp_autopsy.reports.termsafe import termsafe
+
+    _check_output(output)
     analysis = _analyze(paths)
     _write_html(analysis, output)
-    click.echo(f"Wrote {output}")
+    click.echo(termsafe(f"Wrote {shown(output)}"))
 
 
 @main.command()
@@ -98,19 +145,21 @@ def inspect(paths: tuple[Path, ...], out: Path) -> None:
     to query with polars or duckdb (docs/frames.md)."""
     from ddp_autopsy.analyzer import progress
     from ddp_autopsy.analyzer.job import load
+    from ddp_autopsy.analyzer.sources import shown
+    from ddp_autopsy.reports.termsafe import termsafe
 
+    _check_output(out, directory=True)
     with progress.reading():
         job = load(list(paths))
     if not job.readable:
-        for note in job.notes:
-            click.echo(f"ddp-autopsy: {note.path}: {note.message}", err=True)
+        _echo_notes(job.notes)
         sys.exit(EXIT_NO_INPUT)
-    out.mkdir(parents=True, exist_ok=True)
     for name in ("events", "stacks", "ranks", "env", "processes", "collectives", "fr_dumps",
                  "fr_groups"):
         frame = job.frame(name)
-        frame.write_parquet(out / f"{name}.parquet")
-        click.echo(f"{out / (name + '.parquet')}: {frame.height} rows")
+        with open(out / f"{name}.parquet", "wb") as fh:  # polars takes no undecodable path
+            frame.write_parquet(fh)
+        click.echo(termsafe(f"{shown(out / (name + '.parquet'))}: {frame.height} rows"))
 
 
 @main.command()
@@ -129,6 +178,7 @@ def grep(pattern: str, paths: tuple[Path, ...], rank: int | None, ignore_case: b
     from ddp_autopsy.analyzer.grep import check_pattern
     from ddp_autopsy.analyzer.grep import grep as search
     from ddp_autopsy.analyzer.sources import InputNote
+    from ddp_autopsy.reports.termsafe import termsafe
 
     if ignore_case:
         pattern = f"(?i){pattern}"
@@ -146,14 +196,13 @@ def grep(pattern: str, paths: tuple[Path, ...], rank: int | None, ignore_case: b
         hits.append(hit)
         if fmt == "text":
             who = f" [rank {hit.rank}]" if hit.rank is not None else ""
-            click.echo(f"{hit.path}:{hit.line}{who}: {hit.text}")
+            click.echo(termsafe(f"{hit.path}:{hit.line}{who}: {hit.text}"))
     if fmt == "json":
         click.echo(json.dumps({"schema": "ddp-autopsy/grep/1", "pattern": pattern,
                                "hits": [h.to_dict() for h in hits],
                                "notes": [n.to_dict() for n in notes]}, indent=2))
     else:
-        for n in notes:
-            click.echo(f"ddp-autopsy: {n.path}: {n.message}", err=True)
+        _echo_notes(notes)
     sys.exit(EXIT_OK if hits else EXIT_NO_MATCH)
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import errno
+import functools
 import io
 import lzma
 import os
@@ -31,7 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
+#: Files read per directory or archive (see ``_capped`` for which); LIST_LIMIT bounds the
+#: listing itself (memory: one Member each).
 MAX_FILES = 100_000
+LIST_LIMIT = 1_000_000
 #: What reading a damaged input may raise (encrypted or exotic zip members: RuntimeError,
 #: NotImplementedError); callers turn these into notes.
 READ_ERRORS: tuple[type[Exception], ...] = (
@@ -100,67 +105,155 @@ def _safe_member_name(name: str) -> str:
     return "/".join(parts) or "(unnamed)"
 
 
-def _dir_tree(root: Path, notes: list[InputNote]) -> Tree:
-    tree = Tree(display=str(root))
-    seen_dirs: set[tuple[int, int]] = set()
+def shown(path: str | bytes | os.PathLike[str]) -> str:
+    """A path as people see it: bytes that are not UTF-8 (a Latin-1 ``café``, kept in ``str``
+    paths by surrogateescape so the file still opens) written as ``\\xe9``.
 
-    def walk_error(err: OSError) -> None:
-        notes.append(InputNote(getattr(err, "filename", None) or str(root),
-                               f"cannot read directory: {err.strerror or err}"))
-
-    for dirpath, dirnames, filenames in os.walk(root, onerror=walk_error, followlinks=False):
+    >>> shown("logs/caf\\udce9.log"), shown(b"caf\\xe9"), shown("ok/é")
+    ('logs/caf\\\\xe9.log', 'caf\\\\xe9', 'ok/é')
+    """
+    s = os.fspath(path)
+    if isinstance(s, bytes):
+        return s.decode("utf-8", "backslashreplace")
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
         try:
-            st = os.stat(dirpath)
-            key = (st.st_dev, st.st_ino)
-            if key in seen_dirs:
-                dirnames[:] = []
+            return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a surrogate no byte stands for
+            return s.encode("utf-8", "backslashreplace").decode("ascii")
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file that is neither a regular file nor a directory is (None for those two)."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> IO[bytes]:
+    """Open a regular file for reading, never blocking: a FIFO or device put in its place since
+    it was listed is refused after a non-blocking open, before any read (``follow`` False also
+    refuses a symlink swapped in)."""
+    extra = os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+
+    def opener(name: str, flags: int) -> int:
+        fd = os.open(name, flags | extra)
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise OSError(errno.EINVAL, f"{special_kind(mode) or 'a directory'}, not read")
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    return open(path, "rb", opener=opener)
+
+
+def _inside(target: str, root: str) -> bool:
+    return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _dir_tree(root: Path, notes: list[InputNote]) -> Tree:
+    """Every regular file under ``root``, depth first in name order, walked without recursion
+    (any depth). Symlinks are followed only to files inside ``root``; special files (FIFO,
+    device, socket) are noted, never opened."""
+    tree = Tree(display=shown(root))
+    real_root = os.path.realpath(root)
+    seen_dirs: set[tuple[int, int]] = set()
+    stack = [os.fspath(root)]
+    while stack:
+        current = stack.pop()
+        try:
+            st = os.stat(current, follow_symlinks=False)
+            if (st.st_dev, st.st_ino) in seen_dirs:
                 continue
-            seen_dirs.add(key)
-        except OSError:
+            seen_dirs.add((st.st_dev, st.st_ino))
+            with os.scandir(current) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as err:
+            notes.append(InputNote(shown(current), f"cannot read directory: "
+                                                   f"{err.strerror or err}"))
             continue
-        dirnames.sort()
-        for name in sorted(filenames):
-            full = Path(dirpath) / name
-            rel = full.relative_to(root).as_posix()
-            try:
-                st = full.stat()  # follows a symlinked file; a loop or dangling link raises
-            except OSError as err:
-                kind = "symlink loop or dangling link" if full.is_symlink() else "cannot stat"
-                notes.append(InputNote(str(full), f"{kind}: {err.strerror or err}"))
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                notes.append(InputNote(str(full), "not a regular file, skipped", "info"))
-                continue
-            tree.members.append(
-                Member(str(full), rel, st.st_size, st.st_mtime, lambda p=full: open(p, "rb"),
-                       str(full))
-            )
-            if len(tree.members) >= MAX_FILES:
-                notes.append(InputNote(str(root), f"more than {MAX_FILES} files; the rest skipped"))
-                return tree
+        subdirs: list[str] = []
+        for entry in entries:
+            member = _dir_entry(root, real_root, entry, subdirs, notes)
+            if member is not None:
+                tree.members.append(member)
+        stack.extend(reversed(subdirs))
+        if len(tree.members) >= LIST_LIMIT:
+            notes.append(InputNote(tree.display, f"more than {LIST_LIMIT:,} files: listing "
+                                                 f"stopped, the rest not examined"))
+            break
     return tree
+
+
+def _dir_entry(root: Path, real_root: str, entry: os.DirEntry[str], subdirs: list[str],
+               notes: list[InputNote]) -> Member | None:
+    """The member for one directory entry (a subdirectory goes to ``subdirs``), or None."""
+    full = entry.path
+    try:
+        if entry.is_symlink():
+            target = os.path.realpath(full)
+            if not _inside(target, real_root):
+                notes.append(InputNote(shown(full), "symlink to a file outside the input "
+                                                    "directory, not followed"))
+                return None
+            st = os.stat(target)  # a loop or dangling link raises
+            if stat.S_ISDIR(st.st_mode):
+                return None  # its directory is inside the input and read there
+            opener: Callable[[], IO[bytes]] = functools.partial(open_regular, target,
+                                                                follow=False)
+            path = target
+        else:
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                subdirs.append(full)
+                return None
+            opener, path = functools.partial(open_regular, full, follow=False), full
+    except OSError as err:
+        kind = "symlink loop or dangling link" if entry.is_symlink() else "cannot stat"
+        notes.append(InputNote(shown(full), f"{kind}: {err.strerror or err}"))
+        return None
+    kind = special_kind(st.st_mode)
+    if kind is not None:
+        notes.append(InputNote(shown(full), f"{kind}, skipped (never opened)", "info"))
+        return None
+    rel = shown(os.path.relpath(full, root)).replace(os.sep, "/")
+    return Member(shown(full), rel, st.st_size, st.st_mtime, opener, path)
 
 
 def _tar_tree(path: Path, notes: list[InputNote]) -> Tree | None:
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             kind = compression_of(fh.read(8))
         if kind is None:
-            tf = tarfile.open(path, "r:")
+            tf = tarfile.open(fileobj=open_regular(path), mode="r:")
         else:
-            stream = ForwardReader(lambda: open_compressed(open(path, "rb"), kind))
+            stream = ForwardReader(lambda: open_compressed(open_regular(path), kind))
             tf = tarfile.open(fileobj=stream, mode="r:")
-    except (tarfile.TarError, OSError, EOFError) as err:
-        notes.append(InputNote(str(path), f"unreadable archive: {err}"))
+    except READ_ERRORS as err:
+        notes.append(InputNote(shown(path), f"unreadable archive: {err}"))
         return None
-    tree = Tree(display=str(path))
+    tree = Tree(display=shown(path))
     try:
         for info in tf:
             if not info.isfile():
                 continue
-            name = _safe_member_name(info.name)
+            name = shown(_safe_member_name(info.name))
             if _hostile_name(info.name):
-                notes.append(InputNote(f"{path}!{info.name}",
+                notes.append(InputNote(f"{shown(path)}!{shown(info.name)}",
                                        "member with an absolute or '..' path: read in place, "
                                        "never extracted", "info"))
 
@@ -170,33 +263,37 @@ def _tar_tree(path: Path, notes: list[InputNote]) -> Tree | None:
                     raise OSError("not a regular member")
                 return fh
 
-            tree.members.append(Member(f"{path}!{name}", name, info.size, info.mtime, opener))
-            if len(tree.members) >= MAX_FILES:
+            tree.members.append(Member(f"{shown(path)}!{name}", name, info.size, info.mtime,
+                                       opener))
+            if len(tree.members) >= LIST_LIMIT:
+                notes.append(InputNote(tree.display, f"more than {LIST_LIMIT:,} members: "
+                                                     f"listing stopped, the rest not examined"))
                 break
-    except (tarfile.TarError, OSError, EOFError) as err:
-        notes.append(InputNote(str(path), f"archive is truncated or corrupt after "
-                                          f"{len(tree.members)} members: {err}"))
+    except READ_ERRORS as err:
+        notes.append(InputNote(shown(path), f"archive is truncated or corrupt after "
+                                            f"{len(tree.members)} members: {err}"))
     return tree
 
 
 def _zip_tree(path: Path, notes: list[InputNote]) -> Tree | None:
     try:
-        zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as err:
-        notes.append(InputNote(str(path), f"unreadable zip archive: {err}"))
+        zf = zipfile.ZipFile(open_regular(path))
+        infos = zf.infolist()
+    except READ_ERRORS as err:
+        notes.append(InputNote(shown(path), f"unreadable zip archive: {err}"))
         return None
-    tree = Tree(display=str(path))
-    for info in zf.infolist()[:MAX_FILES]:
+    tree = Tree(display=shown(path))
+    for info in infos[:LIST_LIMIT]:
         if info.is_dir():
             continue
-        name = _safe_member_name(info.filename)
+        name = shown(_safe_member_name(info.filename))
         if _hostile_name(info.filename):
-            notes.append(InputNote(f"{path}!{info.filename}",
+            notes.append(InputNote(f"{shown(path)}!{shown(info.filename)}",
                                    "member with an absolute or '..' path: read in place, never "
                                    "extracted", "info"))
         tree.members.append(
-            Member(f"{path}!{name}", name, info.file_size, _zip_mtime(info),
-                   lambda zf=zf, info=info: zf.open(info))
+            Member(f"{shown(path)}!{name}", name, info.file_size, _zip_mtime(info),
+                   functools.partial(zf.open, info))
         )
     return tree
 
@@ -230,11 +327,13 @@ def open_tree(path: Path, notes: list[InputNote]) -> Tree | None:
 
 
 def is_archive(path: Path) -> bool:
+    """Whether a regular file is an archive, by its name or its tar header."""
     if ARCHIVE_RE.search(path.name):
         return True
     try:
-        return path.is_file() and tarfile.is_tarfile(path)
-    except OSError:
+        with open_regular(path) as fh:
+            return tarfile.is_tarfile(fh)
+    except READ_ERRORS:
         return False
 
 
@@ -516,25 +615,37 @@ def decompressed(member: Member) -> IO[bytes]:
 
 
 def iter_inputs(paths: list[Path], notes: list[InputNote]) -> Iterator[tuple[Path, Tree]]:
-    """Yield a tree per PATH (a single file becomes a one-member tree)."""
+    """Yield a tree per PATH (a single file becomes a one-member tree). A symlink given here is
+    followed (the user named it); special files are noted and never opened."""
     for path in paths:
-        if not path.exists() and not path.is_symlink():
-            notes.append(InputNote(str(path), "does not exist", "error"))
+        name = shown(path)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            what = "dangling symlink" if path.is_symlink() else "does not exist"
+            notes.append(InputNote(name, what, "error"))
+            continue
+        except OSError as err:
+            notes.append(InputNote(name, f"cannot read: {err.strerror or err}", "error"))
+            continue
+        kind = special_kind(st.st_mode)
+        if kind is not None:
+            notes.append(InputNote(name, f"{kind}, skipped (never opened)", "error"))
             continue
         try:
-            if path.is_dir() or is_archive(path):
+            if stat.S_ISDIR(st.st_mode) or is_archive(path):
                 tree = open_tree(path, notes)
             else:
-                st = path.stat()
-                tree = Tree(display=str(path), members=[
-                    Member(str(path), path.name, st.st_size, st.st_mtime,
-                           lambda p=path: open(p, "rb"), str(path))
+                tree = Tree(display=name, members=[
+                    Member(name, shown(path.name), st.st_size, st.st_mtime,
+                           functools.partial(open_regular, path), os.fspath(path))
                 ])
         except OSError as err:
-            notes.append(InputNote(str(path), f"cannot read: {err.strerror or err}", "error"))
+            notes.append(InputNote(name, f"cannot read: {err.strerror or err}", "error"))
             continue
         if tree is None:
             continue
+        tree.members = _capped(tree, notes)
         # Archives found in a directory are opened as archives, after it (one level: an
         # archive inside an archive is read as a file).
         nested = [Path(m.path) for m in tree.members
@@ -546,4 +657,44 @@ def iter_inputs(paths: list[Path], notes: list[InputNote]) -> Iterator[tuple[Pat
         for archive in nested:
             sub = open_tree(archive, notes)
             if sub is not None:
+                sub.members = _capped(sub, notes)
                 yield archive, sub
+
+
+#: Words of failure lines, looked for in the tail of each file when a tree has more than
+#: MAX_FILES files, so that the ones read are those most likely to hold the failure.
+FAILURE_WORDS = (b"rror", b"xception", b"raceback", b"ailed", b"ailure", b"FAILED", b"imeout",
+                 b"atchdog", b"signal", b"Signal", b"Killed", b"killed", b"xit code", b"abort")
+TAIL_BYTES = 64 << 10
+
+
+def _tail_has_failure(member: Member) -> bool:
+    """Whether the last TAIL_BYTES of a file on disk hold a failure word (archive members:
+    False, they cannot be read cheaply out of order)."""
+    if member.path is None:
+        return False
+    try:
+        with open_regular(member.path) as fh:
+            if (member.size or 0) > TAIL_BYTES:
+                fh.seek(-TAIL_BYTES, os.SEEK_END)
+            tail = fh.read(TAIL_BYTES)
+    except OSError:
+        return False
+    return any(w in tail for w in FAILURE_WORDS)
+
+
+def _capped(tree: Tree, notes: list[InputNote]) -> list[Member]:
+    """A tree's members, at most MAX_FILES of them: over that, the files whose tail holds a
+    failure word first, then the most recently written (a job's failure is among the last
+    things it wrote), kept in listing order; what was left out is noted."""
+    members = tree.members
+    if len(members) <= MAX_FILES:
+        return members
+    failing = [_tail_has_failure(m) for m in members]
+    order = sorted(range(len(members)), key=lambda i: (not failing[i], -(members[i].mtime or 0)))
+    keep = sorted(order[:MAX_FILES])
+    notes.append(InputNote(tree.display, f"{len(members):,} files: the {MAX_FILES:,} most likely "
+                           f"to hold the failure were read (failure words in their last "
+                           f"{TAIL_BYTES >> 10} KB first, then the newest); "
+                           f"{len(members) - MAX_FILES:,} skipped"))
+    return [members[i] for i in keep]

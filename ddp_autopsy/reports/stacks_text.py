@@ -2,7 +2,8 @@
 
 Same structure as the HTML report's tree (:mod:`ddp_autopsy.analyzer.stacktree`): one branch per
 group of processes that share a run of frames, outermost frame first, labelled with rank ranges;
-outlier branches are marked. Frame and file names are printed as plain text, never as markup.
+outlier branches are marked. Frame, file, thread and host names are printed as plain text, never as
+markup, with control characters escaped (:func:`termsafe`).
 
 >>> import io
 >>> from rich.console import Console
@@ -44,6 +45,7 @@ from ddp_autopsy.analyzer.stacktree import (
     is_library,
     who,
 )
+from ddp_autopsy.reports.termsafe import termsafe
 
 MAX_CHILDREN = 8
 RUN_HEAD, RUN_TAIL = 2, 4
@@ -51,17 +53,17 @@ RUN_HEAD, RUN_TAIL = 2, 4
 
 def _frame_line(f: Frame) -> Text:
     style = "bold cyan" if is_collective(f) else "dim" if is_library(f) else "bold"
-    line = Text(f.func, style=style)
+    line = Text(termsafe(f.func), style=style)
     loc = f"{f.file}:{f.line}" if f.line is not None else (f.file or "")
-    line.append(f"  {loc}", style="dim")
+    line.append(termsafe(f"  {loc}"), style="dim")
     return line
 
 
 def _label(tree: StackTree, node: Node) -> Text:
     head = Text()
     if node.thread:
-        head.append(f'thread "{node.thread}" · ', style="italic")
-    head.append(node.label, style="bold red" if node.outlier else "bold")
+        head.append(termsafe(f'thread "{node.thread}" · '), style="italic")
+    head.append(termsafe(node.label), style="bold red" if node.outlier else "bold")
     head.append(f"  {node.count}", style="dim")
     if node.outlier:
         head.append("  OUTLIER", style="bold red")
@@ -82,8 +84,8 @@ def _label(tree: StackTree, node: Node) -> Text:
             what = f", waiting in {c.collective.func}" if c.collective else \
                 f", {c.place}" if c.place else ""
         idle = sum(p.idle for p in procs)
-        lines.append(Text(f"● {len(procs)} here{what}" + (f" ({idle} idle)" if idle else ""),
-                          style="red" if node.outlier else "blue"))
+        here = f"● {len(procs)} here{what}" + (f" ({idle} idle)" if idle else "")
+        lines.append(Text(termsafe(here), style="red" if node.outlier else "blue"))
     out = head
     for line in lines:
         out.append("\n    ")
@@ -98,7 +100,7 @@ def _add(tree: StackTree, parent: Tree, node: Node, max_children: int) -> None:
     hidden = node.children[max_children:]
     if hidden:
         members = [tree.procs[m] for c in hidden for m in c.members]
-        branch.add(Text(f"… {len(hidden)} more branches ({who(members)})", style="dim"))
+        branch.add(Text(termsafe(f"… {len(hidden)} more branches ({who(members)})"), style="dim"))
 
 
 def renderable(tree: StackTree, max_children: int = MAX_CHILDREN) -> Tree:
@@ -124,7 +126,7 @@ def render(console: Console, tree: StackTree, *, title: str = "Where the ranks a
     for c in tree.outliers[:4]:
         where = f"in {c.collective.func}" if c.collective else \
             f"in {c.user_frame}" if c.user_frame else "elsewhere"
-        console.print(Text(f"Outlier: {c.label} {where}", style="red"), soft_wrap=True)
+        console.print(Text(termsafe(f"Outlier: {c.label} {where}"), style="red"), soft_wrap=True)
     if len(tree.outliers) > 4:
         console.print(Text(f"… and {len(tree.outliers) - 4} more outlier stacks", style="red"))
     console.print(renderable(tree, max_children))
@@ -132,6 +134,6 @@ def render(console: Console, tree: StackTree, *, title: str = "Where the ranks a
         console.print(Text("Other threads that run or hold the GIL", style="bold"))
         console.print(renderable(tree.threads, max_children))
     for role, side in tree.side.items():
-        console.print(Text(f"{role.capitalize()} processes: {side.label}, "
-                           f"{len(side.classes)} distinct stack(s)", style="dim"),
+        console.print(Text(termsafe(f"{role.capitalize()} processes: {side.label}, "
+                                    f"{len(side.classes)} distinct stack(s)"), style="dim"),
                       soft_wrap=True)
