@@ -330,10 +330,24 @@ PATTERNS: tuple[Pattern, ...] = (
         pid=int,
         pid2=int,
     ),
+    # torchelastic's agent got a signal (≤2.3: its number; newer: "Signals.SIGHUP").
     _p(
         "agent_signal",
         "death signal",
-        r"Received (?P<signum>\d+) death signal, shutting down workers",
+        r"Received (?:(?P<signum>\d+)|Signals\.(?P<signame>SIG\w+)) death signal, shutting down "
+        r"workers",
+        signum=int,
+    ),
+    # The job stopped from outside: Lightning's signal connector ("Received SIGTERM: 15"),
+    # submitit ("Caught signal SIGUSR2 on node1: this job is preempted."), slurmstepd
+    # ("*** STEP 5559.0 ON node3 CANCELLED AT 2025-01-10T15:27:25 DUE TO TIME LIMIT ***").
+    _p(
+        "external_signal",
+        ("Received SIG", "this job is preempted", "CANCELLED AT"),
+        r"(?:Received (?P<signame>SIG[A-Z0-9]+): (?P<signum>\d+)"
+        r"|Caught signal (?P<signame2>\w+) on (?P<host>\S+): this job is preempted"
+        r"|\*\*\* (?P<what>JOB|STEP) (?P<id>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
+        r"(?: DUE TO (?P<reason>[A-Z][A-Z ]*[A-Z]))?)",
         signum=int,
     ),
     # torch.multiprocessing.spawn
@@ -548,6 +562,7 @@ ELASTIC_NEEDLES: tuple[str, ...] = (
 # hang        collectives were failing to complete (the job was stuck, not just dumped mid-run)
 # lost_peer   the rank failed waiting for, or talking to, the others
 # mismatch    a collective-level disagreement between ranks
+# terminated  the job or its launcher was stopped from outside (a signal, the scheduler)
 # start       a run (re)started
 # info        context only: never a failure by itself
 TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
@@ -580,7 +595,8 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "worker_failed": {"failure", "crash"},
     "spawn_failed": {"failure", "crash"},
     "oom": {"failure", "crash"},
-    "agent_signal": {"info"},
+    "agent_signal": {"failure", "terminated"},
+    "external_signal": {"failure", "terminated"},
     "closing_signal": {"info"},
     "rank_local_work": {"info"},
     "unused_parameters": {"failure"},

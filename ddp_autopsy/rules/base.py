@@ -51,6 +51,8 @@ CAUSES: tuple[str, ...] = (
     "unused_parameters",
     "straggler",
     "backend_device_mismatch",
+    "job_terminated",
+    "unclassified_failure",
 )
 
 DOC_SECTIONS: tuple[str, ...] = (

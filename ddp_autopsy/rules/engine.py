@@ -86,8 +86,8 @@ def run(job: Job, rules: tuple[type[Rule], ...] | None = None) -> Analysis:
 
 
 # Causes that say little by themselves: another root cause usually explains them.
-GENERIC = {"network_error_runtime": 4, "rank_crashed": 3, "missing_ranks": 2,
-           "master_unreachable": 1}
+GENERIC = {"network_error_runtime": 4, "rank_crashed": 3, "job_terminated": 2.5,
+           "missing_ranks": 2, "master_unreachable": 1, "unclassified_failure": 9}
 # What can explain what (beyond "any specific cause explains a crash of an overlapping rank").
 EXPLAINS = {
     "port_in_use": {"master_unreachable", "missing_ranks", "rank_crashed"},
@@ -102,6 +102,8 @@ EXPLAINS = {
     # A crash resets its connections: network errors after it are consequences.
     "rank_crashed": {"network_error_runtime", "nccl_connection_failure"},
     "out_of_memory": {"network_error_runtime", "nccl_connection_failure"},
+    # Stopping a job mid-step breaks its connections and makes its ranks raise.
+    "job_terminated": {"network_error_runtime", "nccl_connection_failure", "missing_ranks"},
 }
 _TS_MAX = datetime.max
 
@@ -112,6 +114,9 @@ def _explains(a: Finding, b: Finding) -> bool:
     if b.cause in EXPLAINS.get(a.cause, set()):
         return True
     ra, rb = set(a.ranks), set(b.ranks)
+    if a.cause == "job_terminated" and b.cause == "rank_crashed":
+        # The crashes that followed the signal are its consequence; an earlier one is not.
+        return a.ts is None or b.ts is None or a.ts <= b.ts
     if b.cause == "rank_crashed" and a.cause not in GENERIC:
         # A specific failure explains the crash of the ranks it names (or of any rank when it is
         # not rank-specific, like a port or a host).
@@ -123,7 +128,7 @@ def _explains(a: Finding, b: Finding) -> bool:
     return b.cause == "rank_stuck_outside_collective" and a.cause == "collective_mismatch"
 
 
-def _order_key(f: Finding) -> tuple[int, int, float, datetime]:
+def _order_key(f: Finding) -> tuple[int, float, float, datetime]:
     role_order = {"root_cause": 0, "symptom": 1, "info": 2}[f.role]
     return (role_order, GENERIC.get(f.cause or "", 0), -f.confidence, f.ts or _TS_MAX)
 

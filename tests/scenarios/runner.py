@@ -31,6 +31,8 @@ LAUNCH keys (all optional except ``launcher``):
 ``attempts``      launch the job this many times, appending to the same console.log.
 ``hang``          the job hangs: wait for ``ready`` markers, collect, then stop it.
 ``ready``         number of ``SCENARIO_READY`` markers to wait for (default ``nproc``).
+``signal``        once every rank is ready, send this signal (e.g. ``"SIGHUP"``) to the launcher,
+                  as a closing terminal or the scheduler would, and let it stop the job.
 ``timeout_s``     bound on each attempt (and on the wait for ready markers).
 
 Master ports are picked per run (free, below the ephemeral range). Every process of a run
@@ -458,6 +460,21 @@ def _drive_hang(
     run.collect_s = round(time.monotonic() - t1, 2)
 
 
+def _drive_signal(
+    run: ScenarioRun, launcher: subprocess.Popen[bytes], ctx: RunContext, log_dir: Path | None
+) -> None:
+    """Wait for every rank to be ready, then signal the launcher from outside."""
+    launch = ctx.spec.launch
+    watched = [run.console, *run.rank_files()] + ([log_dir] if log_dir else [])
+    expected = int(launch.get("ready", launch.get("nproc", 2)))
+    err = wait_ready(launcher, watched, expected, ctx.spec.timeout_s)
+    if err:
+        run.error = err
+        return
+    time.sleep(0.5)
+    launcher.send_signal(getattr(signal, str(launch["signal"])))
+
+
 def run_scenario(name: str, workdir: Path) -> ScenarioRun:
     """Launch scenario ``name`` in ``workdir/<name>`` and return what it produced."""
     spec = SCENARIOS[name]
@@ -517,7 +534,10 @@ def run_scenario(name: str, workdir: Path) -> ScenarioRun:
             run.launcher_pid = procs[0].pid
             rc: int | None = None
             try:
-                if spec.hang:
+                if launch.get("signal"):
+                    _drive_signal(run, procs[0], ctx, log_dir)
+                    rc = procs[0].wait(timeout=spec.timeout_s)
+                elif spec.hang:
                     _drive_hang(run, procs[0], ctx, log_dir)
                     if procs[0].poll() is not None:  # it ended by itself: keep its code
                         rc = procs[0].returncode

@@ -1,0 +1,107 @@
+"""The job was stopped from outside: a signal to the launcher, or the scheduler.
+
+## What it detects
+The launcher or the job received a signal that no rank sent: torchelastic's agent "Received 1
+death signal, shutting down workers" (or `Signals.SIGHUP`) and the `closing signal SIGHUP` /
+`SIGINT` it forwards to its workers, `SignalException: Process N got signal: 15`, Lightning's
+"Received SIGTERM: 15", submitit's "this job is preempted", and slurmstepd's `*** JOB … CANCELLED
+AT … DUE TO TIME LIMIT ***` (or PREEMPTION, JOB REQUEUE, NODE FAILURE, or a plain scancel).
+
+## Why it hangs or kills the job
+Nothing in the training failed: the terminal or SSH session that started the job closed (SIGHUP),
+someone pressed Ctrl-C (SIGINT), or the scheduler ended the job (SIGTERM at a time limit, a
+preemption, `scancel`). The launcher then stops every worker, and each prints the errors of a
+job torn down mid-step.
+
+## Evidence
+The launcher's or the scheduler's line naming the signal or the cancellation.
+
+## Remedy
+SIGHUP: run the job under `nohup`, `tmux`/`screen`, or submit it to the scheduler instead of an
+interactive shell. Time limit: ask for more time (`--time`), or checkpoint and requeue
+(`--signal=USR1@120` with a handler that saves). Preemption: checkpoint often and requeue. A plain
+SIGTERM: see who stopped it (`sacct -j JOBID`, the scheduler's or the orchestrator's events).
+
+## Example
+```
+W0920 09:10:41.194000 84933 site-packages/torch/distributed/elastic/agent/server/api.py:719] Received 1 death signal, shutting down workers
+W0920 09:10:41.195000 84933 site-packages/torch/distributed/elastic/multiprocessing/api.py:900] Sending process 85005 closing signal SIGHUP
+```
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule
+
+#: Signals a launcher forwards to its workers only when it received them itself (after a
+#: worker's failure it sends SIGTERM, so SIGTERM alone says nothing).
+FORWARDED = ("SIGHUP", "SIGINT")
+SIGNAL_EXCEPTION = re.compile(r"got signal: (?P<signum>\d+)")
+
+WHY = {
+    "SIGHUP": "the launcher received SIGHUP: the terminal or SSH session that started it closed",
+    "SIGINT": "the launcher received SIGINT (Ctrl-C)",
+    "SIGTERM": "it received SIGTERM: the scheduler (a time limit, a preemption), or a user's "
+               "kill or scancel",
+    "SIGKILL": "it was killed with SIGKILL from outside",
+    "SIGUSR1": "the scheduler signalled it (SIGUSR1: time limit near, or preemption)",
+    "SIGUSR2": "the scheduler signalled it (SIGUSR2: preemption)",
+}
+
+
+def _signame(value: Any) -> str | None:
+    if isinstance(value, str) and value.startswith("SIG"):
+        return value
+    try:
+        return signal.Signals(int(value)).name
+    except (TypeError, ValueError):
+        return None
+
+
+def _what(row: dict[str, Any]) -> str | None:
+    """What stopped the job, as a signal name or a scheduler reason."""
+    d = row["data"]
+    if row["kind"] == "external_signal" and d.get("what"):
+        reason = d.get("reason")
+        return f"CANCELLED {reason}" if reason else "CANCELLED"
+    if row["kind"] == "exception":
+        m = SIGNAL_EXCEPTION.search(d.get("msg") or "")
+        return _signame(m["signum"]) if m else None
+    return _signame(d.get("signame") or d.get("signal") or d.get("signum"))
+
+
+class JobTerminated(Rule):
+    code = "CRASH003"
+    slug = "job-terminated"
+    cause = "job_terminated"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        rows = job.rows("agent_signal", "external_signal")
+        rows += [r for r in job.rows("closing_signal") if r["data"].get("signal") in FORWARDED]
+        rows += [r for r in job.rows("exception")
+                 if str(r["data"].get("type", "")).endswith("SignalException")]
+        stops = [(r, w) for r in rows if (w := _what(r)) is not None]
+        if not stops:
+            return
+        whats = [w for _, w in stops]
+        cancelled = next((w for w in whats if w.startswith("CANCELLED")), None)
+        if cancelled:
+            reason = cancelled.removeprefix("CANCELLED").strip().lower()
+            why = f"the scheduler cancelled it ({reason})" if reason else \
+                "the scheduler cancelled it (scancel, or the job's limits)"
+        else:
+            # A forwarded SIGHUP/SIGINT names what the launcher got better than its SIGTERMs.
+            name = next((w for w in whats if w in FORWARDED), whats[0])
+            why = WHY.get(name, f"it received {name}")
+        evidence_rows = [r for r, w in stops if w == cancelled] or [r for r, _ in stops]
+        yield self.from_rows(
+            evidence_rows, f"The job was stopped from outside, not by a failing rank: {why}.",
+            shown=2, ranks=(), confidence=0.75,
+            details={"signals": sorted(set(whats))})
