@@ -7,11 +7,17 @@ that times out is killed with its process group and keeps its partial output; a 
 out is abandoned in a daemon thread (its result is dropped, never written late).
 
 Every write is atomic (temp file + rename) and redacted; ``manifest.json`` is rewritten after each
-phase so a killed collect still leaves a readable bundle with ``"complete": false``.
+phase so a killed collect still leaves a readable bundle with ``"complete": false``. Directories
+are created 0700 and files 0600: a bundle is private to the user who collected it until shared.
+
+An interrupt (:meth:`Deadline.cancel`, from SIGINT / SIGTERM) ends the deadline at once: steps not
+started are skipped, running commands are killed, copies stop at their next chunk, and
+:meth:`Bundle.settle` waits for the threads still at work and removes every temp file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -33,6 +39,11 @@ MIN_BUDGET_S = 0.001  # below this an action is not started at all
 OK, TIMEOUT, ERROR, SKIPPED, ABSENT = "ok", "timeout", "error", "skipped", "absent"
 PERMISSION_DENIED, EXITED, NOT_PYTHON = "permission_denied", "exited", "not_python"
 
+PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600  # every directory and file of a bundle
+SETTLE_GRACE_S = 5.0
+DEADLINE_ERROR = "deadline reached before this step started"
+INTERRUPTED_ERROR = "collect was interrupted before this step started"
+
 T = TypeVar("T")
 
 
@@ -41,14 +52,24 @@ def now_iso() -> str:
 
 
 class Deadline:
-    """The global time budget of one collect run."""
+    """The global time budget of one collect run; :meth:`cancel` (an interrupt) ends it now."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, cancel_event: threading.Event | None = None) -> None:
         self.seconds = seconds
         self.started = time.monotonic()
         self._end = self.started + seconds
+        self.cancel_event = cancel_event or threading.Event()
+
+    def cancel(self) -> None:
+        self.cancel_event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_event.is_set()
 
     def remaining(self) -> float:
+        if self.cancel_event.is_set():
+            return 0.0
         return max(0.0, self._end - time.monotonic())
 
     def expired(self) -> bool:
@@ -56,6 +77,37 @@ class Deadline:
 
     def budget(self, step_timeout: float) -> float:
         return min(step_timeout, self.remaining())
+
+
+class StopAt(float):
+    """A ``time.monotonic()`` instant for code that stops itself with ``now > stop_at`` (the log
+    copy): it compares as already past once ``cancel`` is set, so an interrupt stops the copy at
+    its next chunk. (A float subclass: its reflected comparisons run before float's own.)"""
+
+    cancel: threading.Event
+
+    def __new__(cls, at: float, cancel: threading.Event) -> StopAt:
+        obj = super().__new__(cls, at)
+        obj.cancel = cancel
+        return obj
+
+    def __lt__(self, other: object) -> bool:  # other > self: past the instant
+        return self.cancel.is_set() or float(self) < other  # type: ignore[operator]
+
+    def __le__(self, other: object) -> bool:
+        return self.cancel.is_set() or float(self) <= other  # type: ignore[operator]
+
+    def __gt__(self, other: object) -> bool:  # other < self: not yet past
+        return not self.cancel.is_set() and float(self) > other  # type: ignore[operator]
+
+    def __ge__(self, other: object) -> bool:
+        return not self.cancel.is_set() and float(self) >= other  # type: ignore[operator]
+
+    def __hash__(self) -> int:
+        return float.__hash__(self)
+
+    def __eq__(self, other: object) -> bool:
+        return float.__eq__(self, other)
 
 
 @dataclass
@@ -94,8 +146,14 @@ class Bounded(Generic[T]):
     action: Action | None = None  # the manifest record, once run through Bundle.probe
 
 
-def run_bounded(fn: Callable[[], T], timeout: float, name: str = "probe") -> Bounded[T]:
-    """Run ``fn`` in a daemon thread and wait at most ``timeout`` seconds for it.
+POLL_S = 0.05  # how often a wait looks at the cancel event
+
+
+def run_bounded(fn: Callable[[], T], timeout: float, name: str = "probe",
+                cancel: threading.Event | None = None,
+                live: set[threading.Thread] | None = None) -> Bounded[T]:
+    """Run ``fn`` in a daemon thread and wait at most ``timeout`` seconds for it (less when
+    ``cancel`` is set meanwhile). ``live`` holds the thread while it runs.
 
     A daemon thread, not a pool worker: a call stuck in the kernel (``/proc`` of a D-state process,
     a DNS lookup) must not keep the interpreter from exiting.
@@ -107,10 +165,19 @@ def run_bounded(fn: Callable[[], T], timeout: float, name: str = "probe") -> Bou
             box["value"] = fn()
         except BaseException as exc:  # reported to the caller, never raised in the thread
             box["error"] = exc
+        finally:
+            if live is not None:
+                live.discard(threading.current_thread())
 
     thread = threading.Thread(target=target, name=f"ddp-autopsy:{name}", daemon=True)
+    if live is not None:
+        live.add(thread)
     thread.start()
-    thread.join(max(timeout, 0.0))
+    end = time.monotonic() + max(timeout, 0.0)
+    while thread.is_alive() and (left := end - time.monotonic()) > 0:
+        if cancel is not None and cancel.is_set():
+            break
+        thread.join(min(left, POLL_S) if cancel is not None else left)
     if thread.is_alive():
         return Bounded(done=False)
     return Bounded(done=True, value=box.get("value"), error=box.get("error"))
@@ -128,8 +195,10 @@ class CommandResult:
     action: Action | None = None  # the manifest record, once run through Bundle.command
 
 
-def run_command(argv: list[str], timeout: float) -> CommandResult:
-    """Run ``argv`` with a timeout; on timeout kill its process group and keep partial output."""
+def run_command(argv: list[str], timeout: float,
+                cancel: threading.Event | None = None) -> CommandResult:
+    """Run ``argv`` with a timeout (cut short by ``cancel``); on timeout kill its process group
+    and keep partial output."""
     start = time.monotonic()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -139,8 +208,17 @@ def run_command(argv: list[str], timeout: float) -> CommandResult:
         return CommandResult(argv, None, b"", b"", False, time.monotonic() - start,
                              error=f"{type(exc).__name__}: {exc}")
     timeout_hit = False
+    end = time.monotonic() + max(timeout, 0.001)
     try:
-        out, err = proc.communicate(timeout=max(timeout, 0.001))
+        while True:  # in slices, to notice an interrupt (communicate may be called again)
+            left = end - time.monotonic()
+            if left <= 0 or (cancel is not None and cancel.is_set()):
+                raise subprocess.TimeoutExpired(argv, timeout)
+            try:
+                out, err = proc.communicate(timeout=min(left, POLL_S) if cancel else left)
+                break
+            except subprocess.TimeoutExpired:
+                continue
     except subprocess.TimeoutExpired:
         timeout_hit = True
         try:
@@ -176,20 +254,53 @@ class Bundle:
         self._on_action = on_action
         self._lock = threading.Lock()
         self._manifest_lock = threading.Lock()
-        root.mkdir(parents=True, exist_ok=True)
+        self.live: set[threading.Thread] = set()  # probe threads still running
+        root.parent.mkdir(parents=True, exist_ok=True)  # outside the bundle: as mkdir -p
+        with contextlib.suppress(FileExistsError):
+            root.mkdir(mode=PRIVATE_DIR)
+        os.chmod(root, PRIVATE_DIR)
 
     # -- files -------------------------------------------------------------------------------
     def path(self, rel: str) -> Path:
+        """``rel`` inside the bundle, its directories created 0700."""
         dest = self.root / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        d = self.root
+        for part in dest.relative_to(self.root).parts[:-1]:
+            d = d / part
+            with contextlib.suppress(FileExistsError):
+                d.mkdir(mode=PRIVATE_DIR)
         return dest
 
     def write_bytes(self, rel: str, data: bytes) -> Path:
         dest = self.path(rel)
         tmp = dest.with_name(f".{dest.name}.{threading.get_ident()}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, dest)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     PRIVATE_FILE)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, dest)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return dest
+
+    def stop_at(self, budget: float) -> StopAt:
+        """``time.monotonic()`` + ``budget``, reached at once when collect is interrupted."""
+        return StopAt(time.monotonic() + budget, self.deadline.cancel_event)
+
+    def settle(self, grace_s: float = SETTLE_GRACE_S) -> list[str]:
+        """After an interrupt or a crash: wait (at most ``grace_s``) for the threads still at
+        work, then remove every temp file in the bundle. Returns the bundle paths removed."""
+        end = time.monotonic() + grace_s
+        for thread in list(self.live):
+            thread.join(max(0.0, end - time.monotonic()))
+        removed = []
+        for path in sorted(self.root.rglob(".*")):
+            if path.is_file() and path.name.endswith((".tmp", ".tail")):
+                path.unlink(missing_ok=True)
+                removed.append(str(path.relative_to(self.root)))
+        return removed
 
     def write_text(self, rel: str, text: str, *, redact: bool = True) -> Path:
         data = redact_text(text) if redact else text
@@ -214,9 +325,9 @@ class Bundle:
 
     def skipped(self, name: str, kind: str, target: str | None, path: str | None = None,
                 command: list[str] | None = None) -> Action:
+        why = INTERRUPTED_ERROR if self.deadline.cancelled else DEADLINE_ERROR
         return self.record(Action(name=name, kind=kind, target=target, path=path,
-                                  command=command, status=SKIPPED,
-                                  error="deadline reached before this step started"))
+                                  command=command, status=SKIPPED, error=why))
 
     def command(self, name: str, argv: list[str], *, target: str | None, path: str | None,
                 step_timeout: float, max_bytes: int = 64 << 20) -> CommandResult | None:
@@ -230,7 +341,7 @@ class Bundle:
             self.skipped(name, "command", target, path, argv)
             return None
         started = now_iso()
-        result = run_command(argv, timeout)
+        result = run_command(argv, timeout, self.deadline.cancel_event)
         written: str | None = None
         truncated = False
         if path and result.stdout:  # also a failed or killed command's partial output
@@ -270,7 +381,7 @@ class Bundle:
             return None
         timeout += grace_s
         started, t0 = now_iso(), time.monotonic()
-        outcome = run_bounded(fn, timeout, name)
+        outcome = run_bounded(fn, timeout, name, self.deadline.cancel_event, self.live)
         action = Action(name=name, kind=kind, target=target, started=started,
                         timeout_s=round(timeout, 3), duration_s=time.monotonic() - t0)
         if not outcome.done:

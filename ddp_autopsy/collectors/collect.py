@@ -10,6 +10,11 @@ rewritten after each phase with ``"complete": false`` until the end):
    ``nvidia-smi``, ``dmesg``) then ``host.json``, rendezvous endpoint probes;
 5. logs, Flight Recorder dumps, problems and warnings, the final manifest;
 6. the optional ``.tar.gz``, bounded by the time left (its outcome rewrites the manifest).
+
+Files the job names (logs, Flight Recorder dumps, init files) are read only as far as the job's own
+user may read them (:mod:`~ddp_autopsy.collectors.access`). An interrupt (``opts.cancel``, set by
+the CLI on SIGINT / SIGTERM) skips what is left, removes temp files and any partial tarball, and
+leaves a manifest with ``"complete": false, "interrupted": true``.
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ from ddp_autopsy.collectors import (
     pyspy,
     summaries,
 )
+from ddp_autopsy.collectors.access import Access, job_access
 from ddp_autopsy.collectors.bundle import (
+    DEADLINE_ERROR,
     ERROR,
     EXITED,
     OK,
@@ -58,6 +65,7 @@ from ddp_autopsy.collectors.jobs import (
     Member,
     find_jobs,
     job_for_pid,
+    require_member,
     select_job,
 )
 from ddp_autopsy.collectors.logs import MAX_LOG_BYTES
@@ -78,8 +86,10 @@ class CollectOptions:
     step_timeout_s: float = 10.0
     native: bool = False
     tar: bool = False
+    force: bool = False  # overwrite an existing <out>.tar.gz
     progress: bool = False
     max_log_bytes: int = MAX_LOG_BYTES  # per file; larger logs keep head and tail
+    cancel: threading.Event | None = None  # set it (e.g. from a signal handler) to interrupt
 
 
 @dataclass
@@ -93,7 +103,7 @@ class CollectResult:
 def collect(opts: CollectOptions) -> CollectResult:
     """Collect a bundle for the job ``opts`` designates. Raises :class:`CollectError` when there is
     no such job (or several and none chosen); anything else ends in a bundle, partial or not."""
-    deadline = Deadline(opts.deadline_s)
+    deadline = Deadline(opts.deadline_s, opts.cancel)
     job = discover(opts, deadline)
     return collect_job(job, opts, deadline=deadline)
 
@@ -102,11 +112,13 @@ def discover(opts: CollectOptions, deadline: Deadline) -> JobCandidate:
     """Find the job, bounded: ``/proc`` reads can block on a process stuck in the kernel."""
     def find() -> JobCandidate:
         if opts.pid is not None:
-            return job_for_pid(opts.pid)
+            return require_member(job_for_pid(opts.pid), opts.pid)
         return select_job(find_jobs(), opts.job)
 
     timeout = deadline.budget(max(opts.step_timeout_s, 5.0))
-    outcome = run_bounded(find, timeout, "discover")
+    outcome = run_bounded(find, timeout, "discover", deadline.cancel_event)
+    if deadline.cancelled:
+        raise KeyboardInterrupt
     if not outcome.done:
         raise CollectError(f"process discovery did not finish within {timeout:.1f}s")
     if outcome.error is not None:
@@ -127,20 +139,29 @@ def default_out(hostname: str, parent: Path | None = None) -> Path:
 def collect_job(job: JobCandidate, opts: CollectOptions, *,
                 deadline: Deadline | None = None) -> CollectResult:
     """Collect a bundle for an already discovered ``job``."""
-    deadline = deadline or Deadline(opts.deadline_s)
+    deadline = deadline or Deadline(opts.deadline_s, opts.cancel)
     t0 = deadline.started
     hostname = socket.gethostname()
     out = opts.out if opts.out is not None else default_out(hostname)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CollectError(f"output directory {out} exists and is not empty")
+    if opts.tar and os.path.lexists(tarball_path(out)) and not opts.force:
+        raise CollectError(f"{tarball_path(out)} exists: pass --force to overwrite it")
+    access = job_access(job.pids)
     with _Progress(opts.progress) as advance:
         bundle = Bundle(out, deadline, on_action=advance)
-        bundle.manifest = _initial_manifest(job, opts, hostname)
+        bundle.manifest = _initial_manifest(job, opts, hostname, access)
         bundle.write_manifest(complete=False, duration_s=time.monotonic() - t0)
         try:
-            return _Collection(bundle, job, opts, t0).run()
-        except Exception:
-            bundle.manifest["error"] = traceback.format_exc()
+            return _Collection(bundle, job, opts, t0, access).run()
+        except BaseException as exc:  # a crash, or a second Ctrl-C: leave no partial file
+            deadline.cancel()
+            bundle.settle()
+            _remove_partial_tar(bundle.root)
+            if isinstance(exc, Exception):
+                bundle.manifest["error"] = traceback.format_exc()
+            else:
+                bundle.manifest["interrupted"] = True
             bundle.write_manifest(complete=False, duration_s=time.monotonic() - t0)
             raise
 
@@ -149,8 +170,9 @@ class _Collection:
     """One collect run over an open bundle: the phases, in order."""
 
     def __init__(self, bundle: Bundle, job: JobCandidate, opts: CollectOptions,
-                 t0: float) -> None:
+                 t0: float, access: Access) -> None:
         self.bundle, self.job, self.opts, self.t0 = bundle, job, opts, t0
+        self.access = access
         self.step = opts.step_timeout_s
         self.procs: dict[int, ProcessRecord] = {}
         self.pyspy_exe = pyspy.find_pyspy()
@@ -165,20 +187,40 @@ class _Collection:
         plan = self.copy_logs()
         self.pick_up_flight_recorder(fr, triggered, fr_started)
         self.summarize()
-        problems = _problems(self.bundle, self.procs, plan, self.pyspy_exe, triggered)
-        warnings = _warnings(self.procs, problems, self.bundle.deadline.seconds)
-        self.bundle.manifest.update(problems=problems, warnings=warnings)
-        manifest = self.checkpoint(complete=True)
+        b = self.bundle
+        problems = _problems(b, self.procs, plan, self.pyspy_exe, triggered)
+        warnings = _warnings(self.procs, problems, b.deadline.seconds)
+        b.manifest.update(problems=problems, warnings=warnings)
+        manifest = self.checkpoint(complete=not b.deadline.cancelled)
         tarball = None
-        if self.opts.tar:
-            tarball = tar_bundle(self.bundle)
-            if self.bundle.manifest["tar"]["status"] != OK:
-                problem = _tar_problem(self.bundle.manifest["tar"])
+        if self.opts.tar and not b.deadline.cancelled:
+            tarball = tar_bundle(b, force=self.opts.force)
+            if b.manifest["tar"]["status"] != OK and not b.deadline.cancelled:
+                problem = _tar_problem(b.manifest["tar"])
                 problems.append(problem)
-                warnings.append(_warning(problem, self.bundle.deadline.seconds))
-            manifest = self.checkpoint(complete=True)
-        return CollectResult(bundle=self.bundle.root, manifest=manifest, warnings=warnings,
+                warnings.append(_warning(problem, b.deadline.seconds))
+            manifest = self.checkpoint(complete=not b.deadline.cancelled)
+        if b.deadline.cancelled:  # interrupted at any point: no partial file, no claim
+            manifest, tarball = self.finish_interrupted(problems, warnings), None
+        return CollectResult(bundle=b.root, manifest=manifest, warnings=warnings,
                              tarball=tarball)
+
+    def finish_interrupted(self, problems: list[dict[str, Any]],
+                           warnings: list[str]) -> dict[str, Any]:
+        """Wait for the threads still at work, remove temp files and any partial tarball, and
+        write the manifest as incomplete."""
+        b = self.bundle
+        b.settle()
+        if self.opts.tar:
+            _remove_partial_tar(b.root)
+            b.manifest["tar"] = {"path": tarball_path(b.root).name, "status": SKIPPED,
+                                 "files": 0, "total": None, "error": "collect was interrupted"}
+        if not any(p["kind"] == "interrupted" for p in problems):
+            problem = _interrupted_problem(b)
+            problems.append(problem)
+            warnings.append(_warning(problem, b.deadline.seconds))
+        b.manifest.update(problems=problems, warnings=warnings, interrupted=True)
+        return self.checkpoint(complete=False)
 
     def checkpoint(self, complete: bool = False) -> dict[str, Any]:
         self.bundle.manifest["processes"] = [_process_entry(p.member, p)
@@ -201,7 +243,8 @@ class _Collection:
         fr = flight_recorder.plan((p.member.rank, p.env or {}, p.info.get("cwd"))
                                 for p in workers)
         started = time.time()
-        return fr, flight_recorder.trigger(self.bundle, fr, step_timeout=self.step), started
+        return fr, flight_recorder.trigger(self.bundle, fr, step_timeout=self.step,
+                                           access=self.access), started
 
     def read_spawn_indexes(self, pool: ThreadPoolExecutor) -> None:
         """mp.spawn children: discovery numbered them in pid order; the index mp.spawn really
@@ -231,7 +274,8 @@ class _Collection:
                                    *(v for p in workers for v in (p.env or {}).values())])
         found = []
         for path in paths[:4]:
-            read = self.bundle.probe("read init file", lambda p=path: init_file.read_store(p),
+            read = self.bundle.probe("read init file",
+                                     lambda p=path: init_file.read_store(p, self.access),
                                      target=path, step_timeout=self.step)
             if read and read.done and read.error is None:
                 found.append({**read.value, "local_users": len(workers)})
@@ -261,9 +305,11 @@ class _Collection:
 
     def copy_logs(self) -> logs.LogPlan:
         # directory walks and globs run as probes too: a dead NFS mount must not hang us
-        planned = self.bundle.probe("find logs", lambda: _log_plan(self.opts.logs, self.procs),
-                                    target="logs", step_timeout=self.step)
-        plan = planned.value if planned and planned.done and planned.value else logs.LogPlan()
+        planned = self.bundle.probe(
+            "find logs", lambda: _log_plan(self.opts.logs, self.procs, self.access),
+            target="logs", step_timeout=self.step)
+        plan = planned.value if planned and planned.done and planned.value else \
+            logs.LogPlan(self.access)
         self.bundle.manifest["logs"] = logs.copy_all(self.bundle, plan, step_timeout=self.step,
                                                      limit=self.opts.max_log_bytes)
         return plan
@@ -283,17 +329,21 @@ class _Collection:
         if n_triggered:
             wait = min(FR_WAIT_S, b.deadline.remaining())
             b.probe("wait for flight recorder dumps", lambda: flight_recorder.wait_for_dumps(
-                fr.prefixes, fr_started, n_triggered, wait), target="fr", step_timeout=wait + 1)
+                fr.prefixes, fr_started, n_triggered, wait, self.access), target="fr",
+                step_timeout=wait + 1)
         found = b.probe("find flight recorder dumps",
-                        lambda: flight_recorder.find_dumps(fr.prefixes, self.job.started),
+                        lambda: flight_recorder.find_dumps(fr.prefixes, self.job.started,
+                                                           self.access),
                         target="fr", step_timeout=self.step)
         fresh, stale = found.value if found and found.done and found.value else ([], [])
-        b.manifest["fr_dumps"] = flight_recorder.copy_dumps(b, fresh, step_timeout=self.step)
+        b.manifest["fr_dumps"] = flight_recorder.copy_dumps(b, fresh, step_timeout=self.step,
+                                                            access=self.access)
         b.manifest["fr"] = {"pipes": triggered, "prefixes": fr.prefixes, "skipped_stale": stale}
 
 
 # -- manifest ---------------------------------------------------------------------------------
-def _initial_manifest(job: JobCandidate, opts: CollectOptions, hostname: str) -> dict[str, Any]:
+def _initial_manifest(job: JobCandidate, opts: CollectOptions, hostname: str,
+                      access: Access) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "tool": {"name": "ddp-autopsy", "version": __version__},
@@ -304,6 +354,8 @@ def _initial_manifest(job: JobCandidate, opts: CollectOptions, hostname: str) ->
         "step_timeout_s": opts.step_timeout_s,
         "native": opts.native,
         "complete": False,
+        "read_as": {"checked": access.checked,
+                    "uids": sorted({c.uid for c in access.creds or ()})},
         "job": {"key": job.key, "launcher_pid": job.launcher_pid, "run_id": job.run_id,
                 "world_size": job.world_size, "master_addr": job.master_addr,
                 "master_port": job.master_port, "launcher": job.launcher,
@@ -359,16 +411,18 @@ def _probe_endpoint(bundle: Bundle, ep: tuple[str, int | None, str], job: JobCan
 
 
 # -- logs, warnings, tar ----------------------------------------------------------------------
-def _log_plan(given: list[Path], procs_: dict[int, ProcessRecord]) -> logs.LogPlan:
-    plan = logs.LogPlan()
+def _log_plan(given: list[Path], procs_: dict[int, ProcessRecord],
+              access: Access) -> logs.LogPlan:
+    plan = logs.LogPlan(access)
     for path in given:
         plan.add_path(Path(path), "given")
     for pid, proc in procs_.items():
         plan.add_fd(pid, 1, proc.info.get("stdout"), "stdout")
         plan.add_fd(pid, 2, proc.info.get("stderr"), "stderr")
         if proc.member.role == "agent":
-            # read the raw command line: the redacted one may have masked a path
-            raw = procs.read_cmdline(pid) or ()
+            # read the raw command line: the redacted one may have masked a path, and the
+            # displayed one replaced bytes that are not UTF-8 (surrogateescape keeps them)
+            raw = procs.read_cmdline(pid, errors="surrogateescape") or ()
             for log_dir in logs.log_dirs_from_cmdline(raw, proc.info.get("cwd")):
                 plan.add_path(log_dir, "log_dir", pid)
     return plan
@@ -399,7 +453,7 @@ def _problems(bundle: Bundle, procs_: dict[int, ProcessRecord], plan: logs.LogPl
             env_errors.setdefault(proc.info["env_error"], []).append(pid)
     out += [_problem("env_unreadable", pids=pids, detail=err) for err, pids in env_errors.items()]
     out += [_problem("info_failed", pids=pids, detail=st) for st, pids in info_failed.items()]
-    skipped = [a for a in bundle.actions if a.status == SKIPPED]
+    skipped = [a for a in bundle.actions if a.status == SKIPPED and a.error == DEADLINE_ERROR]
     if skipped:
         out.append(_problem("deadline", count=len(skipped),
                             targets=sorted({_step(a) for a in skipped})))
@@ -416,7 +470,29 @@ def _problems(bundle: Bundle, procs_: dict[int, ProcessRecord], plan: logs.LogPl
         out.append(_problem("no_logs", count=0))
     if plan.notes:
         out.append(_problem("log_not_collected", targets=list(plan.notes)))
+    fr_refused = [t["pipe"] + ": " + t["result"].removeprefix("refused: ") for t in triggered
+                  if t["result"].startswith("refused")]
+    if plan.refused or fr_refused:
+        out.append(_problem(REFUSED, targets=[*plan.refused, *fr_refused],
+                            detail=_access_detail(plan.access)))
+    if bundle.deadline.cancelled:
+        out.append(_interrupted_problem(bundle))
     return out
+
+
+REFUSED = "refused_unreadable_by_job_owner"
+
+
+def _access_detail(access: Access) -> str:
+    return "job owner " + ", ".join(str(c) for c in access.creds or ()) if access.creds \
+        else "job owner unknown"
+
+
+def _interrupted_problem(bundle: Bundle) -> dict[str, Any]:
+    skipped = [a for a in bundle.actions if a.status == SKIPPED and a.error != DEADLINE_ERROR]
+    return _problem("interrupted", count=len(skipped),
+                    targets=sorted({_step(a) for a in skipped}),
+                    detail="collect was interrupted (SIGINT or SIGTERM)")
 
 
 def _step(action: Action) -> str:
@@ -451,6 +527,11 @@ def _warning(p: dict[str, Any], deadline_s: float) -> str:
         return "; ".join(f"log not collected: {note}" for note in targets)
     if kind == "tar":
         return f"tarball not written ({p['detail']}); the bundle directory is complete"
+    if kind == REFUSED:
+        return (f"not copied, the job's user may not read them ({p['detail']}): "
+                + "; ".join(targets))
+    if kind == "interrupted":
+        return f"collect was interrupted: {p['count']} step(s) not run; collect again"
     return f"{kind}: {targets or pids}"
 
 
@@ -493,7 +574,7 @@ class _BoundedReader:
     """A file object for ``tarfile`` that raises :class:`_OutOfTime` past ``stop_at`` or once
     ``cancel`` is set, so a large file cannot carry the tar past the deadline."""
 
-    def __init__(self, fh: Any, stop_at: float, cancel: threading.Event) -> None:
+    def __init__(self, fh: Any, stop_at: float, cancel: threading.Event | _Either) -> None:
         self._fh, self._stop_at, self._cancel = fh, stop_at, cancel
 
     def read(self, size: int = -1) -> bytes:  # tarfile reads in small blocks
@@ -502,26 +583,69 @@ class _BoundedReader:
         return self._fh.read(size)
 
 
-def _write_tar(root: Path, tarball: Path, stop_at: float, cancel: threading.Event) -> TarResult:
-    """``root`` as ``<root.name>/…`` into ``tarball`` (via a temp file), stopping at ``stop_at``."""
-    entries = sorted(p for p in root.rglob("*") if not p.name.startswith("."))  # no temp files
+def tarball_path(root: Path) -> Path:
+    return root.with_name(root.name + ".tar.gz")
+
+
+def _tar_tmp(tarball: Path) -> Path:
+    return tarball.with_name(f".{tarball.name}.tmp")
+
+
+def _remove_partial_tar(root: Path) -> None:
+    _tar_tmp(tarball_path(root)).unlink(missing_ok=True)
+
+
+def _is_temp(path: Path) -> bool:
+    return path.name.startswith(".") and path.name.endswith((".tmp", ".tail"))
+
+
+class TarExists(FileExistsError):
+    pass
+
+
+def _publish(tmp: Path, tarball: Path, force: bool) -> None:
+    """Move the finished archive into place; without ``force`` never over an existing file
+    (a hard link fails if the name is taken, where a rename would replace it)."""
+    if force:
+        os.replace(tmp, tarball)
+        return
+    try:
+        os.link(tmp, tarball)
+    except FileExistsError:
+        raise TarExists(f"{tarball.name} exists (pass --force to overwrite it)") from None
+    except OSError:  # a filesystem without hard links
+        if os.path.lexists(tarball):
+            raise TarExists(f"{tarball.name} exists (pass --force to overwrite it)") from None
+        os.replace(tmp, tarball)
+        return
+    tmp.unlink()
+
+
+def _write_tar(root: Path, tarball: Path, stop_at: float, cancel: threading.Event | _Either,
+               force: bool = False) -> TarResult:
+    """``root`` as ``<root.name>/…`` into ``tarball`` (via a 0600 temp file beside it), stopping
+    at ``stop_at`` or when ``cancel`` is set."""
+    entries = sorted(p for p in root.rglob("*") if not _is_temp(p))
     total = sum(p.is_file() for p in entries)
-    tmp = tarball.with_name(f".{tarball.name}.tmp")
+    tmp = _tar_tmp(tarball)
+    tmp.unlink(missing_ok=True)  # left by a collect killed with SIGKILL
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     added = 0
     try:
-        with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:
+        with os.fdopen(fd, "wb") as fh, \
+                tarfile.open(fileobj=fh, mode="w:gz", compresslevel=6) as tar:
             tar.add(root, arcname=root.name, recursive=False)
             for path in entries:
                 info = tar.gettarinfo(path, arcname=f"{root.name}/{path.relative_to(root)}")
                 if info.isreg():
-                    with open(path, "rb") as fh:
-                        tar.addfile(info, _BoundedReader(fh, stop_at, cancel))
+                    with open(path, "rb") as src:
+                        tar.addfile(info, _BoundedReader(src, stop_at, cancel))
                     added += 1
                 else:
                     tar.addfile(info)
         if cancel.is_set():  # abandoned by the caller: never publish late
             raise _OutOfTime
-        os.replace(tmp, tarball)
+        _publish(tmp, tarball, force)
         return TarResult(added, total, stopped=False)
     except _OutOfTime:
         tmp.unlink(missing_ok=True)
@@ -531,17 +655,21 @@ def _write_tar(root: Path, tarball: Path, stop_at: float, cancel: threading.Even
         raise
 
 
-def tar_bundle(bundle: Bundle) -> Path | None:
-    """Write ``<out>.tar.gz`` within the time left before the deadline.
+def tar_bundle(bundle: Bundle, force: bool = False) -> Path | None:
+    """Write ``<out>.tar.gz`` (mode 0600) within the time left before the deadline; an existing
+    archive is replaced only with ``force``.
 
-    A tar that runs out of time stops and removes its partial archive (the directory stays
-    complete); the outcome is the manifest's ``tar`` entry and a ``tar`` action. Returns the
-    tarball, or None when none was written."""
+    A tar that runs out of time or is interrupted stops and removes its partial archive (the
+    directory stays complete); the outcome is the manifest's ``tar`` entry and a ``tar`` action.
+    Returns the tarball, or None when none was written."""
     root = bundle.root
-    tarball = root.with_name(root.name + ".tar.gz")
-    cancel = threading.Event()
+    tarball = tarball_path(root)
+    cancel = bundle.deadline.cancel_event
+    abandon = threading.Event()
     stop_at = time.monotonic() + bundle.deadline.remaining()
-    outcome = bundle.probe("tar", lambda: _write_tar(root, tarball, stop_at, cancel),
+    outcome = bundle.probe("tar", lambda: _write_tar(root, tarball, stop_at, _Either(cancel,
+                                                                                     abandon),
+                                                     force),
                            target=tarball.name, step_timeout=bundle.deadline.remaining(),
                            grace_s=TAR_GRACE_S, kind="file")
     entry: dict[str, Any] = {"path": tarball.name, "status": SKIPPED, "files": 0, "total": None,
@@ -550,7 +678,7 @@ def tar_bundle(bundle: Bundle) -> Path | None:
         action = outcome.action
         result = outcome.value if outcome.done else None
         if not outcome.done:
-            cancel.set()  # if the writer ever wakes up, it removes its temp file
+            abandon.set()  # if the writer ever wakes up, it removes its temp file
             action.error = (f"tar stuck past the deadline, abandoned after {action.timeout_s}s "
                             "(a temp file may remain)")
         elif result is not None and result.stopped:
@@ -564,6 +692,16 @@ def tar_bundle(bundle: Bundle) -> Path | None:
                  "total": result.total if result else None, "error": action.error}
     bundle.manifest["tar"] = entry
     return tarball if entry["status"] == OK else None
+
+
+class _Either:
+    """``is_set()`` of two events (the run's interrupt, this tar's abandonment)."""
+
+    def __init__(self, a: threading.Event, b: threading.Event) -> None:
+        self._a, self._b = a, b
+
+    def is_set(self) -> bool:
+        return self._a.is_set() or self._b.is_set()
 
 
 class _Progress:

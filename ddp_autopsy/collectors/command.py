@@ -1,14 +1,20 @@
 """``ddp-autopsy collect``: the click command (registered by ``ddp_autopsy.cli``).
 
 Exit codes: 0 when a bundle was written (even a partial one), 2 for usage errors and when no (or
-no single) job was found, 1 when collection itself failed (the partial bundle is kept).
+no single) job was found, 1 when collection itself failed (the partial bundle is kept), 130 when
+interrupted (SIGINT or SIGTERM: the partial bundle is kept, marked incomplete, without temp files
+or a partial tarball; a second signal stops at once, still cleaning up).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +33,8 @@ from ddp_autopsy.collectors.jobs import CollectError
               help="Extra log file or directory to copy (repeatable).")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Bundle directory [default: ./ddp-autopsy-<host>-<timestamp>].")
-@click.option("--tar", is_flag=True, help="Also write <out>.tar.gz.")
+@click.option("--tar", is_flag=True, help="Also write <out>.tar.gz (mode 0600).")
+@click.option("--force", is_flag=True, help="With --tar: overwrite an existing <out>.tar.gz.")
 @click.option("--native", is_flag=True,
               help="Native (C/C++) frames too; pauses each process briefly (ptrace).")
 @click.option("--deadline", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
@@ -37,7 +44,7 @@ from ddp_autopsy.collectors.jobs import CollectError
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 def collect_command(pid: int | None, job_key: str | None, log_paths: tuple[Path, ...],
-                    out: Path | None, tar: bool, native: bool, deadline: float,
+                    out: Path | None, tar: bool, force: bool, native: bool, deadline: float,
                     step_timeout: float, fmt: str) -> None:
     """Snapshot a hung or crashing distributed job on this host into a bundle directory.
 
@@ -47,14 +54,23 @@ def collect_command(pid: int | None, job_key: str | None, log_paths: tuple[Path,
     """
     if pid is not None and job_key is not None:
         raise click.UsageError("give --pid or --job, not both")
+    if force and not tar:
+        raise click.UsageError("--force only applies to --tar")
+    cancel = threading.Event()
     opts = CollectOptions(pid=pid, job=job_key, out=out, logs=list(log_paths),
                           deadline_s=deadline, step_timeout_s=step_timeout, native=native,
-                          tar=tar, progress=fmt == "text" and sys.stderr.isatty())
+                          tar=tar, force=force, progress=fmt == "text" and sys.stderr.isatty(),
+                          cancel=cancel)
     try:
-        result = collect(opts)
+        with _interruptible(cancel):
+            result = collect(opts)
     except CollectError as exc:
         click.echo(f"ddp-autopsy collect: {exc}", err=True)
         sys.exit(2)
+    except KeyboardInterrupt:  # the second signal, or during discovery
+        click.echo("ddp-autopsy collect: interrupted"
+                   + (f"; the partial bundle {out} is marked incomplete" if out else ""), err=True)
+        sys.exit(130)
     except Exception as exc:  # the bundle (if any) keeps the traceback in its manifest
         click.echo(f"ddp-autopsy collect failed: {type(exc).__name__}: {exc}", err=True)
         sys.exit(1)
@@ -62,6 +78,35 @@ def collect_command(pid: int | None, job_key: str | None, log_paths: tuple[Path,
         click.echo(json.dumps(summary(result), indent=2))
     else:
         click.echo(render_text(result))
+    if result.manifest.get("interrupted"):
+        click.echo(f"ddp-autopsy collect: interrupted; {result.bundle} is incomplete", err=True)
+        sys.exit(130)
+
+
+@contextlib.contextmanager
+def _interruptible(cancel: threading.Event) -> Iterator[None]:
+    """SIGINT / SIGTERM set ``cancel`` (collect winds down, cleaning up); a second one raises
+    KeyboardInterrupt. Outside the main thread (no signal handlers there) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handler(signum: int, frame: object) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        with contextlib.suppress(OSError, ValueError, RuntimeError):  # reentrant write
+            sys.stderr.write("\nddp-autopsy collect: interrupted, stopping and cleaning up "
+                             "(again to stop now)\n")
+
+    for sig in previous:
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def summary(result: CollectResult) -> dict[str, Any]:
@@ -71,6 +116,7 @@ def summary(result: CollectResult) -> dict[str, Any]:
         "bundle": str(result.bundle),
         "tarball": str(result.tarball) if result.tarball else None,
         "complete": m.get("complete"),
+        "interrupted": bool(m.get("interrupted")),
         "job": m.get("job"),
         "processes": len(m.get("processes", [])),
         "stacks_ok": sum(p.get("stack_status") == "ok" for p in m.get("processes", [])),

@@ -10,6 +10,10 @@
   ``comm_lib_trace_rank_`` in both places).
   Files older than the job's launcher are left out (``skipped_stale``). They are copied verbatim
   into ``fr/``: a dump is a pickle, and text redaction would corrupt it; JSON dumps are redacted.
+
+The paths come from the job's environment, so pipes are opened, directories listed and dumps read
+through :class:`~ddp_autopsy.collectors.access.Access`: only what the job's own user may write,
+list and read.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddp_autopsy.collectors.access import Access, Refused, reason
 from ddp_autopsy.collectors.bundle import Bundle
 from ddp_autopsy.redact import redact_obj
 
@@ -80,16 +85,19 @@ def _absolute(path: str | None, cwd: str | None) -> str | None:
     return os.path.join(cwd, path)
 
 
-def poke_pipe(path: str) -> str:
+def poke_pipe(path: str, access: Access | None = None) -> str:
     """Write one byte to a Flight Recorder FIFO without blocking; returns the outcome word:
-    ``triggered``, ``no_reader`` (ENXIO), ``absent``, ``not_fifo`` or ``error: …``."""
+    ``triggered``, ``no_reader`` (ENXIO), ``absent``, ``not_fifo``, ``refused: …`` (the job's
+    user may not write it) or ``error: …``."""
     try:
-        if not stat.S_ISFIFO(os.stat(path).st_mode):
-            return "not_fifo"
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        fd = (access or Access(None)).open(path, "fifo")
     except FileNotFoundError:
         return "absent"
+    except Refused as exc:
+        return f"refused: {reason(exc)}"
     except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            return "not_fifo"
         return "no_reader" if exc.errno == errno.ENXIO else f"error: {exc.strerror}"
     try:
         os.write(fd, b"1\n")
@@ -100,11 +108,12 @@ def poke_pipe(path: str) -> str:
     return "triggered"
 
 
-def trigger(bundle: Bundle, fr: FrPlan, *, step_timeout: float) -> list[dict[str, Any]]:
+def trigger(bundle: Bundle, fr: FrPlan, *, step_timeout: float,
+            access: Access | None = None) -> list[dict[str, Any]]:
     """Poke every pipe (each a probe action); returns ``[{pipe, result}]``."""
     results = []
     for pipe in fr.pipes:
-        outcome = bundle.probe("flight recorder trigger", lambda p=pipe: poke_pipe(p),
+        outcome = bundle.probe("flight recorder trigger", lambda p=pipe: poke_pipe(p, access),
                                target=pipe, step_timeout=step_timeout)
         result = outcome.value if outcome and outcome.done and outcome.error is None else None
         if outcome and outcome.action and result not in ("triggered", None):
@@ -114,15 +123,23 @@ def trigger(bundle: Bundle, fr: FrPlan, *, step_timeout: float) -> list[dict[str
     return results
 
 
-def find_dumps(prefixes: Iterable[str], since: float | None) -> tuple[list[str], list[str]]:
-    """``(fresh, stale)`` dump files for the prefixes; stale ones predate ``since``."""
+def find_dumps(prefixes: Iterable[str], since: float | None,
+               access: Access | None = None) -> tuple[list[str], list[str]]:
+    """``(fresh, stale)`` dump files for the prefixes; stale ones predate ``since``. A prefix's
+    directory is listed only when the job's user may list it."""
     fresh, stale = [], []
     for prefix in prefixes:
-        for path in sorted(glob.glob(glob.escape(prefix) + "*")):
-            if path.endswith((".pipe", ".tmp")):
+        folder, stem = os.path.split(prefix)
+        try:
+            names = (access or Access(None)).listdir(folder or ".")
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            if not name.startswith(stem) or path.endswith((".pipe", ".tmp")):
                 continue
             try:
-                st = os.stat(path)
+                st = os.stat(path, follow_symlinks=False)
             except OSError:
                 continue
             if not stat.S_ISREG(st.st_mode):
@@ -134,13 +151,14 @@ def find_dumps(prefixes: Iterable[str], since: float | None) -> tuple[list[str],
     return list(dict.fromkeys(fresh)), list(dict.fromkeys(stale))
 
 
-def wait_for_dumps(prefixes: list[str], since: float, expected: int, timeout: float) -> None:
+def wait_for_dumps(prefixes: list[str], since: float, expected: int, timeout: float,
+                   access: Access | None = None) -> None:
     """After a trigger: wait (bounded) until ``expected`` dumps newer than ``since`` exist and
     their sizes stopped changing."""
     end = time.monotonic() + timeout
     last: dict[str, int] = {}
     while time.monotonic() < end:
-        fresh, _ = find_dumps(prefixes, since + STALE_SLACK_S)
+        fresh, _ = find_dumps(prefixes, since + STALE_SLACK_S, access)
         sizes = {}
         for path in fresh:
             try:
@@ -153,8 +171,10 @@ def wait_for_dumps(prefixes: list[str], since: float, expected: int, timeout: fl
         time.sleep(0.25)
 
 
-def copy_dumps(bundle: Bundle, paths: list[str], *, step_timeout: float) -> list[str]:
-    """Copy dumps into ``fr/`` (one ``file`` action each); returns bundle-relative paths."""
+def copy_dumps(bundle: Bundle, paths: list[str], *, step_timeout: float,
+               access: Access | None = None) -> list[str]:
+    """Copy dumps into ``fr/`` (one ``file`` action each, read as the job's user may); returns
+    bundle-relative paths."""
     copied: list[str] = []
     used: set[str] = set()
     for src in paths:
@@ -166,7 +186,7 @@ def copy_dumps(bundle: Bundle, paths: list[str], *, step_timeout: float) -> list
             n += 1
         used.add(rel)
         outcome = bundle.probe("copy flight recorder dump",
-                               lambda s=src, r=rel: _copy(bundle, s, r),
+                               lambda s=src, r=rel: _copy(bundle, s, r, access),
                                target=src, step_timeout=step_timeout, kind="file")
         if outcome and outcome.done and outcome.error is None and outcome.action:
             outcome.action.path = rel
@@ -174,11 +194,13 @@ def copy_dumps(bundle: Bundle, paths: list[str], *, step_timeout: float) -> list
     return copied
 
 
-def _copy(bundle: Bundle, src: str, rel: str) -> None:
-    size = os.path.getsize(src)
-    if size > MAX_DUMP_BYTES:
-        raise OSError(f"{size} bytes, over the {MAX_DUMP_BYTES} byte limit for a dump")
-    data = Path(src).read_bytes()
+def _copy(bundle: Bundle, src: str, rel: str, access: Access | None = None) -> None:
+    fd = (access or Access(None)).open(src)
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > MAX_DUMP_BYTES:
+            raise OSError(f"{size} bytes, over the {MAX_DUMP_BYTES} byte limit for a dump")
+        data = fh.read(MAX_DUMP_BYTES + 1)
     try:
         parsed = json.loads(data)
     except ValueError:

@@ -13,11 +13,14 @@ The file is a sequence of records ``<u32 key length><key><u32 value length><valu
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import struct
 from collections.abc import Iterable
 from typing import Any
+
+from ddp_autopsy.collectors.access import Access, Refused
 
 FILE_URL = re.compile(r"file://(/[^\s'\",;)\]}]+)")
 MAX_READ = 16 << 20
@@ -32,14 +35,20 @@ def urls_in(texts: Iterable[str]) -> list[str]:
     return list(found)
 
 
-def read_store(path: str) -> dict[str, Any]:
-    """What the FileStore at ``path`` says: size, records, keys, and its ``refcount``."""
+def read_store(path: str, access: Access | None = None) -> dict[str, Any]:
+    """What the FileStore at ``path`` says: size, records, keys, and its ``refcount``. Read as
+    the job's user may (``access``); a store that user may not read is reported unreadable."""
     try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            data = fh.read(MAX_READ)
-    except (FileNotFoundError, IsADirectoryError):
-        return {"path": path, "exists": False}
+        fd = (access or Access(None)).open(path)
+    except Refused:
+        return {"path": path, "exists": None, "unreadable": True}
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.EINVAL, errno.ENOTDIR):
+            return {"path": path, "exists": False}
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        data = fh.read(MAX_READ)
     out: dict[str, Any] = {"path": path, "exists": True, "size": size,
                            "truncated_read": size > len(data)}
     records, keys, refcount, pos = 0, set(), None, 0

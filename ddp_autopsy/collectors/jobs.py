@@ -188,7 +188,8 @@ def _classify(table: dict[int, ProcSnapshot], children: dict[int, list[int]],
             role = "agent"
         elif _is_rank_process(snap, table) or pid in spawn_index or (
                 parent_role == "agent" and snap.environ is None and not is_helper(snap.cmdline)):
-            # (a child of torchrun whose env we may not read is still one of its workers)
+            # (a child of torchrun whose env we may not read, or a zombie, is still one of its
+            # workers)
             role = "worker"
             if rank is None and _is_slurm_task(snap, table):
                 rank, rank_source = _int(env.get("SLURM_PROCID")), "SLURM_PROCID"
@@ -293,6 +294,25 @@ def job_for_pid(pid: int, table: dict[int, ProcSnapshot] | None = None) -> JobCa
     if siblings and len(siblings) > 1:
         return _build(table, children, siblings, table[root].ppid)
     return _build(table, children, [root], root)
+
+
+def require_member(job: JobCandidate, pid: int) -> JobCandidate:
+    """``job`` if ``pid`` is one of its agent, rank or DataLoader processes or the launcher of
+    its ranks; else a :class:`CollectError` that says so (``--pid 1``, a plain ``sleep`` …:
+    collecting their process tree would dump every process below them)."""
+    me = next((m for m in job.members if m.pid == pid), None)
+    launches = any(m.ppid == pid and m.role in ("agent", "worker") for m in job.members)
+    # init (pid 1) may have adopted orphaned ranks: its tree is every process on the host
+    if (launches and pid != 1) or (me is not None and me.role in ("agent", "worker",
+                                                                   "dataloader")):
+        return job
+    snap = procs.snapshot(pid)
+    what = f"pid {pid}" + (f" ({snap.comm})" if snap else "")
+    raise CollectError(
+        f"{what} is not part of a distributed job: it is no torchrun agent, no rank (RANK, "
+        "LOCAL_RANK or an srun task's SLURM_PROCID in its environment), no process below a rank "
+        "and no launcher of ranks. Give the pid of the launcher (torchrun) or of a rank, or run "
+        "without --pid to find the job.")
 
 
 def find_jobs(table: dict[int, ProcSnapshot] | None = None) -> list[JobCandidate]:

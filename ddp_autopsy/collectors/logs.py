@@ -12,6 +12,7 @@ Files larger than the cap keep their head and tail around one marker line::
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -21,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from ddp_autopsy.collectors.bundle import Bundle
+from ddp_autopsy.collectors.access import Access, Refused, reason
+from ddp_autopsy.collectors.bundle import PERMISSION_DENIED, Bundle
 from ddp_autopsy.redact import StreamRedactor
 
 MAX_LOG_BYTES = 64 << 20
@@ -44,53 +46,78 @@ def bundle_path_for(source: str) -> str:
     return "logs/" + "/".join(parts)
 
 
-def _walk(root: Path, limit: int, errors: list[str]) -> list[Path]:
-    """Regular files below ``root`` (symlinks not followed), at most ``limit``; unreadable
-    directories are reported in ``errors``."""
-    out: list[Path] = []
-
-    def onerror(exc: OSError) -> None:
-        errors.append(f"{exc.filename}: {exc.strerror or exc}")
-
-    for dirpath, dirnames, filenames in os.walk(root, onerror=onerror, followlinks=False):
-        dirnames.sort()
-        for name in sorted(filenames):
-            path = Path(dirpath, name)
+def _walk(root: str, limit: int, access: Access, notes: list[str],
+          refused: list[str]) -> list[str]:
+    """Regular files below ``root``, at most ``limit``, in sorted order, without recursion (any
+    depth). Directories are listed through ``access`` (what the job's user may list); symbolic
+    links and special files (FIFOs, devices, sockets) are not followed nor read."""
+    out: list[str] = []
+    stack = [root]
+    while stack:
+        top = stack.pop()
+        try:
+            names = access.listdir(top)
+        except Refused as exc:
+            refused.append(f"{top}: {reason(exc)}")
+            continue
+        except OSError as exc:
+            notes.append(f"{top}: {reason(exc)}")
+            continue
+        subdirs = []
+        for name in names:
+            path = os.path.join(top, name)
             try:
-                regular = path.is_file() and not path.is_symlink()
+                mode = os.stat(path, follow_symlinks=False).st_mode
             except OSError:
                 continue
-            if regular:
+            if stat.S_ISDIR(mode):
+                subdirs.append(path)
+            elif stat.S_ISREG(mode):
                 out.append(path)
                 if len(out) >= limit:
                     return out
+        stack.extend(reversed(subdirs))
     return out
 
 
 class LogPlan:
-    """The deduplicated set of files to copy."""
+    """The deduplicated set of files to copy. Paths are read through ``access`` (what the job's
+    own user may read); what it refuses is kept in ``refused``, other failures in ``notes``."""
 
-    def __init__(self) -> None:
+    def __init__(self, access: Access | None = None) -> None:
         self.sources: dict[str, LogSource] = {}
         self.notes: list[str] = []
+        self.refused: list[str] = []
+        self.access = access or Access(None)
 
-    def add_path(self, path: Path, kind: str, pid: int | None = None) -> None:
+    def add_path(self, path: Path | str, kind: str, pid: int | None = None) -> None:
         """A file, or every regular file below a directory."""
+        path = os.fspath(path)
         try:
-            path.stat()
-        except OSError as exc:
-            self.notes.append(f"{path}: {exc.strerror or exc}")
+            os.close(self.access.open(path, "file"))
+        except Refused as exc:
+            self.refused.append(f"{path}: {reason(exc)}")
             return
-        if path.is_dir():
-            files = _walk(path, MAX_DIR_FILES, self.notes)
-            if len(files) >= MAX_DIR_FILES:
-                self.notes.append(f"{path}: more than {MAX_DIR_FILES} files, the rest not copied")
-            for f in files:
-                self._add(str(f), str(f), kind, pid)
-        elif path.is_file():
-            self._add(str(path), str(path), kind, pid)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:  # EINVAL: not a regular file (a directory?)
+                self.notes.append(f"{path}: {reason(exc)}")
+                return
         else:
-            self.notes.append(f"{path}: not found or not a regular file")
+            self._add(path, path, kind, pid)
+            return
+        try:
+            is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+        except OSError as exc:
+            self.notes.append(f"{path}: {reason(exc)}")
+            return
+        if not is_dir:
+            self.notes.append(f"{path}: not a regular file or directory (skipped)")
+            return
+        files = _walk(path, MAX_DIR_FILES, self.access, self.notes, self.refused)
+        if len(files) >= MAX_DIR_FILES:
+            self.notes.append(f"{path}: more than {MAX_DIR_FILES} files, the rest not copied")
+        for f in files:
+            self._add(f, f, kind, pid)
 
     def add_fd(self, pid: int, fd: int, target: str | None, kind: str) -> None:
         """The file behind a process's stdout/stderr, if it is a regular file."""
@@ -102,10 +129,10 @@ class LogPlan:
                       dest=f"logs/deleted/{pid}-fd{fd}-{name}")
             return
         try:
-            if Path(target).is_file():
+            if stat.S_ISREG(os.stat(target).st_mode):  # read (and checked) at copy time
                 self._add(target, target, kind, pid)
         except OSError as exc:
-            self.notes.append(f"{target} (fd {fd} of pid {pid}): {exc.strerror or exc}")
+            self.notes.append(f"{target} (fd {fd} of pid {pid}): {reason(exc)}")
 
     def _add(self, source: str, read_from: str, kind: str, pid: int | None,
              dest: str | None = None) -> None:
@@ -120,20 +147,46 @@ class LogPlan:
             entry.pids.append(pid)
 
 
-def log_dirs_from_cmdline(cmdline: Iterable[str], cwd: str | None) -> list[Path]:
-    """torchrun's ``--log-dir DIR`` / ``--log_dir=DIR`` (relative to the agent's cwd)."""
-    args = list(cmdline)
-    found = []
+# torchrun options that take no value (every other option takes exactly one)
+_AGENT_FLAGS = frozenset({"--standalone", "-m", "--module", "--no-python", "--no_python",
+                          "--run-path", "--run_path", "--use-env", "--use_env",
+                          "--virtual-local-rank", "--virtual_local_rank", "-h", "--help"})
+_AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def _agent_args(args: list[str]) -> list[str]:
+    """The arguments torchrun itself parses: those after ``torchrun`` / ``-m
+    torch.distributed.run`` (the interpreter's own options come before)."""
     for i, arg in enumerate(args):
-        value = None
-        if arg in ("--log-dir", "--log_dir") and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(("--log-dir=", "--log_dir=")):
-            value = arg.split("=", 1)[1]
-        if value:
-            path = Path(value)
-            found.append(path if path.is_absolute() or not cwd else Path(cwd) / path)
-    return found
+        if os.path.basename(arg) == "torchrun" or arg.endswith(("torch/distributed/run.py",
+                                                                 "torch/distributed/launch.py")):
+            return args[i + 1:]
+        if arg == "-m" and i + 1 < len(args) and args[i + 1] in _AGENT_MODULES:
+            return args[i + 2:]
+    return args[1:]
+
+
+def log_dirs_from_cmdline(cmdline: Iterable[str], cwd: str | None) -> list[Path]:
+    """torchrun's ``--log-dir DIR`` / ``--log_dir=DIR`` (relative to the agent's cwd) as
+    torchrun's parser resolves it: the last one given before the training script wins; those
+    after the script are the script's own arguments. Empty, or one path."""
+    args = _agent_args(list(cmdline))
+    value: str | None = None
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, inline = arg.partition("=")
+        if not arg.startswith("-") or arg == "-":
+            break  # the training script
+        if name in ("--log-dir", "--log_dir"):
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
+        if not eq and arg not in _AGENT_FLAGS:
+            i += 1  # the option's value
+        i += 1
+    if not value:
+        return []
+    path = Path(value)
+    return [path if path.is_absolute() or not cwd else Path(cwd) / path]
 
 
 @dataclass
@@ -224,9 +277,25 @@ def copy_log(src: str, dest: Path, *, limit: int, stop_at: float = float("inf"))
     return CopyResult(size=size, copied=copied, truncated=copied < size, stopped_early=stopped)
 
 
+def _copy_checked(access: Access, src: LogSource, dest: Path, *, limit: int,
+                  stop_at: float) -> CopyResult:
+    """Open ``src`` as the job's user may (:class:`Access`), then copy that very descriptor
+    (through ``/proc/self/fd``, which reopens the same file); the copy is made owner-only."""
+    held = src.read_from != src.source  # /proc/PID/fd/N of a deleted file
+    fd = access.open_held(src.read_from) if held else access.open(src.read_from)
+    try:
+        result = copy_log(access.fd_path(fd), dest, limit=limit, stop_at=stop_at)
+    finally:
+        os.close(fd)
+    os.chmod(dest, 0o600)
+    return result
+
+
 def copy_all(bundle: Bundle, plan: LogPlan, *, step_timeout: float,
              limit: int = MAX_LOG_BYTES) -> list[dict[str, object]]:
     """Copy every planned file as a ``file`` action; returns the manifest ``logs`` entries.
+    A file the job's user may not read is refused (``plan.refused``, a ``permission_denied``
+    action) and not copied.
 
     A copy stops itself at its budget and keeps what it has; the action's own timeout is one
     grace second longer, so only a copy stuck in the kernel (a dead NFS mount) is abandoned.
@@ -238,12 +307,15 @@ def copy_all(bundle: Bundle, plan: LogPlan, *, step_timeout: float,
             bundle.skipped("copy log", "file", src.source, src.dest)
             continue
         dest = bundle.path(src.dest)
-        stop_at = time.monotonic() + budget
+        stop_at = bundle.stop_at(budget)
         outcome = bundle.probe(
-            "copy log", lambda src=src, dest=dest, stop_at=stop_at: copy_log(
-                src.read_from, dest, limit=limit, stop_at=stop_at),
+            "copy log", lambda src=src, dest=dest, stop_at=stop_at: _copy_checked(
+                plan.access, src, dest, limit=limit, stop_at=stop_at),
             target=src.source, step_timeout=budget, grace_s=COPY_GRACE_S, kind="file")
         action = outcome.action if outcome is not None else None
+        if outcome is not None and action is not None and isinstance(outcome.error, Refused):
+            action.status, action.error = PERMISSION_DENIED, f"refused: {reason(outcome.error)}"
+            plan.refused.append(f"{src.source}: {reason(outcome.error)}")
         result = outcome.value if outcome and outcome.done and outcome.error is None else None
         if action is None or result is None:
             continue

@@ -37,6 +37,8 @@ def read_facts(pid: int) -> tuple[dict[str, Any], dict[str, str] | None]:
     snap = procs.snapshot(pid)
     if snap is None:
         raise ProcessLookupError(f"process {pid} exited")
+    if snap.zombie:
+        raise ProcessLookupError(f"process {pid} exited (a zombie its parent has not reaped)")
     env = snap.environ or {}
     maps = procs.read_maps_paths(pid)
     fds = procs.fd_targets(pid)

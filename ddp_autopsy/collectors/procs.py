@@ -33,6 +33,11 @@ class ProcSnapshot:
     start_time: float | None  # seconds since the epoch
     environ: dict[str, str] | None  # None: unreadable (see environ_error)
     environ_error: str | None = None
+    state: str = "?"  # /proc/PID/stat state: R, S, D, Z (zombie: exited, not yet reaped) …
+
+    @property
+    def zombie(self) -> bool:
+        return self.state in ("Z", "X")
 
     @property
     def is_python(self) -> bool:
@@ -68,8 +73,19 @@ def exists(pid: int) -> bool:
 
 def read_stat(pid: int) -> tuple[int, str, int] | None:
     """``(ppid, comm, starttime_ticks)`` from ``/proc/PID/stat``; comm may hold spaces and ')'."""
+    full = _read_stat(pid)
+    return full[:3] if full else None
+
+
+def read_state(pid: int) -> str | None:
+    """The process state letter (``Z``: a zombie), None when gone."""
+    full = _read_stat(pid)
+    return full[3] if full else None
+
+
+def _read_stat(pid: int) -> tuple[int, str, int, str] | None:
     try:
-        raw = (PROC / str(pid) / "stat").read_text()
+        raw = (PROC / str(pid) / "stat").read_text(errors="replace")
     except OSError:
         return None
     head, _, rest = raw.rpartition(")")
@@ -77,7 +93,7 @@ def read_stat(pid: int) -> tuple[int, str, int] | None:
     fields = rest.split()
     # fields[0] is the state (stat field 3); ppid is field 4, starttime field 22.
     try:
-        return int(fields[1]), comm, int(fields[19])
+        return int(fields[1]), comm, int(fields[19]), fields[0]
     except (IndexError, ValueError):
         return None
 
@@ -102,12 +118,14 @@ def start_time(ticks: int) -> float:
     return boot_time() + ticks / os.sysconf("SC_CLK_TCK")
 
 
-def read_cmdline(pid: int) -> tuple[str, ...] | None:
+def read_cmdline(pid: int, errors: str = "replace") -> tuple[str, ...] | None:
+    """The arguments, decoded for display (``replace``) or, with ``errors="surrogateescape"``,
+    so that ``os.fsencode`` gives back the exact bytes (paths in a Latin-1 command line)."""
     try:
         raw = (PROC / str(pid) / "cmdline").read_bytes()
     except OSError:
         return None
-    return tuple(a.decode(errors="replace") for a in raw.split(b"\0") if a) if raw else ()
+    return tuple(a.decode(errors=errors) for a in raw.split(b"\0") if a) if raw else ()
 
 
 def read_environ(pid: int) -> tuple[dict[str, str] | None, str | None]:
@@ -186,17 +204,20 @@ def read_limits(pid: int) -> dict[str, dict[str, str]]:
 def snapshot(pid: int, *, python_env_only: bool = False) -> ProcSnapshot | None:
     """A :class:`ProcSnapshot`, or ``None`` when the process is gone. With ``python_env_only`` the
     environment of non-Python processes is not read (discovery only needs it for Python)."""
-    stat = read_stat(pid)
+    stat = _read_stat(pid)
     if stat is None:
         return None
-    ppid, comm, ticks = stat
+    ppid, comm, ticks, state = stat
     cmdline, exe = read_cmdline(pid) or (), read_exe(pid)
     env: dict[str, str] | None = None
     env_err: str | None = "not_read"
-    if not python_env_only or is_python(exe, cmdline):
+    if state in ("Z", "X"):  # exited, not yet reaped: nothing left to read
+        env_err = "exited"
+    elif not python_env_only or is_python(exe, cmdline):
         env, env_err = read_environ(pid)
     return ProcSnapshot(pid=pid, ppid=ppid, comm=comm, cmdline=cmdline, exe=exe,
-                        start_time=start_time(ticks), environ=env, environ_error=env_err)
+                        start_time=start_time(ticks), environ=env, environ_error=env_err,
+                        state=state)
 
 
 def scan() -> dict[int, ProcSnapshot]:

@@ -5,6 +5,7 @@ summaries instead of re-reading every raw log. The raw logs stay in the bundle f
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +26,16 @@ def write(root: Path) -> dict[str, Any]:
     prefix = f"{root}/"
     rel = pl.col("source").str.strip_prefix(prefix)
     events = job.events.with_columns(rel.alias("source"))
-    (root / EVENTS).parent.mkdir(parents=True, exist_ok=True)
-    events.write_parquet(root / EVENTS)
+    dest = root / EVENTS
+    dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
+    try:
+        events.write_parquet(tmp)  # into the 0600 file made above
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
     logs = {rec.path.removeprefix(prefix): rec.lines for rec in job.inputs if rec.kind == "log"}
     return {"events": EVENTS, "rows": events.height, "logs": logs, "tool_version": __version__,
             "catalog": catalog_hash()}

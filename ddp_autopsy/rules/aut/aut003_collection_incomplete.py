@@ -5,7 +5,7 @@ The `problems` a collect bundle's manifest records, other than missing stacks (A
 environments it could not read, processes whose `/proc` facts timed out or failed, steps skipped
 at the global deadline or cut at their step timeout, Flight Recorder pipes nobody reads, logs not
 collected (none found, or some unreadable), py-spy missing, and a `--tar` archive that ran out of
-time.
+time, files refused because the job's own user may not read them, and an interrupted collect.
 
 ## Why it hangs or kills the job
 It doesn't: it is about this analysis. What was not collected is missing from the verdict: an
@@ -32,6 +32,10 @@ Depends on the kind (each finding carries its own):
 - `log_not_collected`: fix the file's permissions or pass it with `--logs`.
 - `pyspy_missing`: `pip install py-spy` where collect runs.
 - `tar`: the bundle directory is complete: archive it yourself (`tar czf`) or raise `--deadline`.
+- `refused_unreadable_by_job_owner`: collect ran with more privilege than the job and did not
+  copy what the job's own user may not read (a path the job named, or `--logs`); if the file
+  should be shared, copy it yourself.
+- `interrupted`: collect was stopped (SIGINT/SIGTERM) before its end: collect again.
 
 Then collect again while the job still hangs.
 
@@ -92,6 +96,14 @@ KINDS: dict[str, tuple[str, str, Severity]] = {
         "wrote no tarball ({detail})",
         "The bundle directory is complete: archive it yourself (tar czf) or raise --deadline.",
         "info"),
+    "refused_unreadable_by_job_owner": (
+        "did not copy {n} path(s) the job's own user may not read ({detail})",
+        "collect ran with more privilege than the job and copies only what the job's user may "
+        "read (docs/bundle.md). If such a file should be in the bundle, copy it yourself.",
+        "info"),
+    "interrupted": (
+        "was interrupted before its end ({n} step(s) not run)",
+        "Collect again while the job still hangs (without interrupting it).", "warning"),
 }
 
 
