@@ -51,7 +51,8 @@ class BuildFingerprintMismatch(Rule):
 
     def check(self, job: Job) -> Iterator[Finding]:
         stamped = (
-            job.events.with_columns(
+            # A rank's last line is whatever it printed last, not one message: never compared.
+            job.active_events.filter(pl.col("kind") != "last_line").with_columns(
                 pl.col("text").str.extract_groups(SOURCE_STAMP).struct.unnest(),
                 writer=pl.when(pl.col("rank").is_not_null())
                 .then(pl.format("rank {}", pl.col("rank")))

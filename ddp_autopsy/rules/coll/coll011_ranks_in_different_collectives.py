@@ -1,0 +1,122 @@
+"""The stacks show ranks blocked in different collectives.
+
+## What it detects
+In the stack dumps of a hung job, every rank's main thread waits inside a torch.distributed
+collective, but not the same one: one rank in `barrier` while the others are in `all_reduce`,
+one in `broadcast` while the others are in `all_gather`, or the same collective called from
+different places in the code. The rule names the odd ranks and both call sites.
+
+## Why it hangs or kills the job
+Collectives match by order within a process group: a rank that calls a different collective (or
+skips one, or adds one) pairs its call with the others' different call. The ranks then wait for
+each other forever, or exchange mismatched buffers, until the timeout aborts them.
+
+## Evidence
+py-spy dumps of every rank: the collective each group of ranks waits in and the user frame that
+called it.
+
+## Remedy
+Make every rank issue the same collectives in the same order: look for a collective under a
+rank-dependent condition (`if rank == 0: dist.barrier()`), an early `break` or `continue` on some
+ranks, or a metric all-reduce that only some ranks reach. `TORCH_DISTRIBUTED_DEBUG=DETAIL`
+reports such mismatches as they happen.
+
+## Example
+```
+Process 4242: python -u train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 4242 (idle): "MainThread"
+    barrier (torch/distributed/distributed_c10d.py:4166)
+    wrapper (torch/distributed/c10d_logger.py:83)
+    save (train.py:71)
+    main (train.py:90)
+    <module> (train.py:99)
+
+Process 4243: python -u train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 4243 (idle): "MainThread"
+    all_reduce (torch/distributed/distributed_c10d.py:3252)
+    wrapper (torch/distributed/c10d_logger.py:83)
+    main (train.py:84)
+    <module> (train.py:99)
+
+Process 4244: python -u train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 4244 (idle): "MainThread"
+    all_reduce (torch/distributed/distributed_c10d.py:3252)
+    wrapper (torch/distributed/c10d_logger.py:83)
+    main (train.py:84)
+    <module> (train.py:99)
+```
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer import stacktree
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.stackview import is_backward_wait, wait_label
+from ddp_autopsy.rules.base import Evidence, Finding, Rule
+
+
+class RanksInDifferentCollectives(Rule):
+    code = "COLL011"
+    slug = "ranks-in-different-collectives"
+    cause = "collective_mismatch"
+    requires = ("stack_tree",)
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        tree = job.stack_tree
+        classes = tree.classes
+        if len(tree) < 2 or not classes or any(c.collective is None for c in classes):
+            return  # a rank outside any collective is COLL002's
+        if any(is_backward_wait(c.collective) for c in classes):
+            return  # some ranks in DDP's backward, others in a later collective: COLL004's
+        # Ranks waiting in the same call (collective and the user frame that made it) agree.
+        calls: dict[tuple[str, str], list] = defaultdict(list)
+        for c in classes:
+            site = str(c.user_frame) if c.user_frame else ""
+            calls[(wait_label(c.collective), site)].append(c)
+        if len(calls) < 2:
+            return
+        sizes = {k: sum(c.size for c in cs) for k, cs in calls.items()}
+        ordered = sorted(sizes, key=lambda k: -sizes[k])
+        top, odd = ordered[0], ordered[1:]
+        tie = sizes[top] == sizes[ordered[1]]
+        odd_procs = [p for k in (ordered if tie else odd) for c in calls[k]
+                     for p in tree.members(c.members)]
+        ranks = [p.rank for p in odd_procs if p.rank is not None]
+
+        def where(key: tuple[str, str]) -> str:
+            procs = [p for c in calls[key] for p in tree.members(c.members)]
+            verb = "waits" if len(procs) == 1 else "wait"
+            return f"{stacktree.who(procs)} {verb} in {key[0]}" + (
+                f" called from {key[1]}" if key[1] else "")
+
+        if tie:
+            summary = ("Ranks wait in different collectives, which can never match: "
+                       + "; ".join(where(k) for k in ordered[:4]) + ".")
+        else:
+            first = where(odd[0])
+            summary = (f"{first[0].upper()}{first[1:]}"
+                       + "".join(f"; {where(k)}" for k in odd[1:3])
+                       + f", while {where(top)}: the collectives do not match.")
+        evidence = []
+        for k in [*odd[:2], top]:
+            c = calls[k][0]
+            p = tree.members(c.members)[0]
+            evidence.append(Evidence(path=p.source, line=None, rank=p.rank, host=p.host,
+                                     text=f"{p.label} (pid {p.pid}): {c.collective}"
+                                          + (f" ← {c.user_frame}" if c.user_frame else "")))
+        yield self.finding(
+            summary, evidence=evidence, ranks=[] if tie else ranks,
+            hosts=[p.host for p in odd_procs], confidence=0.5 if tie else 0.8,
+            details={"calls": [{"collective": k[0], "site": k[1] or None, "ranks": sorted(
+                p.rank for c in calls[k] for p in tree.members(c.members) if p.rank is not None)}
+                for k in ordered]},
+        )
