@@ -375,8 +375,16 @@ class _Sifted:
     opens: bool = False  # a failure summary opens here: its context lines are in candidates
 
 
+#: polars decompresses bytes that start like gzip, zlib or zstd: a block of text that starts so
+#: ("x^2 ..." is a zlib header) would be lost; it is read behind a newline, dropped after.
+_SNIFFED = (b"\x1f\x8b", b"\x28\xb5\x2f\xfd", b"x\x01", b"x^", b"x\x9c", b"x\xda")
+
+
 def _read_lines(block: bytes) -> tuple[pl.DataFrame, bool]:
     """A block's lines as ``line`` (0-based), ``text``; whether bad UTF-8 was replaced."""
+    if block.startswith(_SNIFFED):
+        frame, replaced = _read_lines(b"\n" + block)
+        return frame.slice(1).with_columns(pl.col("line") - 1), replaced
     try:
         return pl.read_lines(block, name="text", row_index_name="line"), False
     except pl.exceptions.ComputeError:  # invalid UTF-8: replace the bad bytes
