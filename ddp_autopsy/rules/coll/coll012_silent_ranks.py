@@ -1,0 +1,120 @@
+"""Logs only: the ranks that did not time out are the ones the others waited for.
+
+## What it detects
+With no stack dumps and no Flight Recorder: some ranks report a collective timeout (the NCCL
+watchdog, Gloo, a monitored barrier) while other ranks of the job — within the world size the
+inputs state, or below the highest rank seen — report none and did not crash. The silent ranks
+are the suspects; the rule quotes the last line each of them printed (a progress bar, "Saving
+checkpoint", evaluation, tokenizing...).
+
+## Why it hangs or kills the job
+A collective completes only when every rank enters it. The ranks that timed out were waiting for
+the ones that never arrived: those were busy elsewhere (rank-local work, a slow data loader, a
+dead-locked thread) and print no timeout because they never entered the collective.
+
+## Evidence
+The timeout lines (which ranks, which collective and sequence number) and the silent ranks' last
+lines.
+
+## Remedy
+Look at what the silent ranks were doing (their last lines; a stack dump of the hung job with
+`ddp-autopsy collect` shows it exactly). Make rank-local work collective-free or shared (run
+evaluation on every rank, put a barrier with a long enough timeout after rank-0-only work), fix
+the blocking data loader or I/O, and raise the timeout (`init_process_group(timeout=...)`) only
+if the work is legitimately long.
+
+## Example
+```
+[rank0]:Map:  41%|████      | 4100/10000 [02:10<03:07, 31.4 ex/s]
+[rank1]:[E1122 10:31:02.120000000 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600042 milliseconds before timing out.
+[rank2]:[E1122 10:31:02.121000000 ProcessGroupNCCL.cpp:616] [Rank 2] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600043 milliseconds before timing out.
+[rank3]:[E1122 10:31:02.122000000 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600044 milliseconds before timing out.
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import polars as pl
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.patterns import kinds_tagged
+from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, first_ts, rank_phrase
+
+REPORTING = kinds_tagged("lost_peer") + kinds_tagged("hang")
+
+
+class SilentRanks(Rule):
+    code = "COLL012"
+    slug = "silent-ranks"
+    cause = "rank_stuck_outside_collective"
+    optional = ("collective_report", "crashes", "rank_state")
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        if job.stacks.height or job.fr_dumps.height:
+            return  # the stacks (COLL002) and the dumps (COLL005) say it better
+        events = job.active_events
+        reported = events.filter(pl.col("kind").is_in(REPORTING))
+        waiting = set(reported["rank"].drop_nulls().to_list())
+        timed_out = reported.filter(pl.col("kind").is_in(kinds_tagged("hang")))
+        if not waiting or timed_out.height == 0:
+            return
+        seen = set(events["rank"].drop_nulls().to_list())
+        world = job.world_size or (max(seen) + 1 if seen else None)
+        if not world or world < 2:
+            return
+        silent = set(range(world)) - waiting - set(job.crashes.ranks)
+        if not silent or len(silent) > max(1, world // 2):
+            return  # most ranks silent: the logs are incomplete, not a few suspects
+        last = _last_lines(events, silent)
+        timeouts = job.decoded_rows(timed_out)
+        op = _collective(job, timeouts)
+        who = rank_phrase(silent)
+        doing = "; ".join(f"rank {r}'s last line: {_quote(last[r]['text'])}"
+                          for r in sorted(last)[:3])
+        summary = (f"{who[0].upper()}{who[1:]} never reached {op} that "
+                   f"{rank_phrase(waiting)} timed out in"
+                   + (f" ({doing})" if doing else f"; no line from {who} says what it was doing")
+                   + ".")
+        evidence: list[Evidence] = [evidence_of(last[r]) for r in sorted(last)[:2]]
+        evidence.append(evidence_of(timeouts[0]))
+        seen_silent = silent & seen
+        yield self.finding(
+            summary, evidence=evidence, ranks=silent,
+            hosts=[r.get("host") for r in last.values()],
+            confidence=0.65 if seen_silent else 0.5, ts=first_ts(timeouts),
+            details={"waiting_ranks": sorted(waiting), "world_size": world,
+                     "last_lines": {str(r): row["text"] for r, row in sorted(last.items())}},
+        )
+
+
+def _last_lines(events: pl.DataFrame, ranks: set[int]) -> dict[int, dict[str, Any]]:
+    """Each rank's last line as the line reader recorded it (the latest when it has several)."""
+    rows = events.filter((pl.col("kind") == "last_line") & pl.col("rank").is_in(list(ranks)))
+    out: dict[int, dict[str, Any]] = {}
+    for row in rows.iter_rows(named=True):
+        prev = out.get(row["rank"])
+        if prev is None or (row["ts"] is not None
+                            and (prev["ts"] is None or row["ts"] >= prev["ts"])):
+            out[row["rank"]] = row
+    return out
+
+
+def _collective(job: Job, timeouts: list[dict[str, Any]]) -> str:
+    """``collective ALLREDUCE #12`` from the report or the timeout lines, else ``the
+    collective``."""
+    for g in job.collective_report.groups:
+        if g.stuck_at is not None:
+            ops = sorted({s.timed_out_op for s in g.ranks.values() if s.timed_out_op})
+            return f"collective {'/'.join(ops) + ' ' if ops else ''}#{g.stuck_at}"
+    d = timeouts[0]["data"]
+    if d.get("op"):
+        return f"collective {d['op']}"
+    return "the collective"
+
+
+def _quote(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return f"`{text[:limit - 1]}…`" if len(text) > limit else f"`{text}`"
