@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
+
 from ddp_autopsy.analyzer.job import load
 from ddp_autopsy.rules.base import Rule
 from ddp_autopsy.rules.engine import registry, run
@@ -98,7 +100,7 @@ def test_a_log_of_nothing_but_exceptions(tmp_path: Path) -> None:
     assert verdict is not None and verdict.cause == "rank_crashed" and verdict.ranks == [0]
     assert "boom number 0" in verdict.summary
     # Memory stays bounded: the earliest 20,000 of a kind are kept, the rest counted.
-    assert job.events.height == 20_000
+    assert job.events.filter(pl.col("kind") != "last_line").height == 20_000
     assert [n.message for n in job.notes] == [
         "10000 more 'exception' lines after the first 20000 were counted, not kept"]
 
@@ -111,3 +113,24 @@ def test_stamps_on_clocks_that_cannot_be_compared_do_not_order_crashes(tmp_path:
     assert run(load([tmp_path])).verdict.ranks == [0]
     (tmp_path / "a.log").write_text("[2026-05-01 10:00:05,000] [rank0]: RuntimeError: boom zero\n")
     assert run(load([tmp_path])).verdict.ranks == [1]
+
+
+def test_the_fallback_runs_only_without_a_root_cause(tmp_path: Path) -> None:
+    """CRASH004 names the earliest failure when no rule explains it, and stays out of the way
+    when one does."""
+    unknown = ("[rank3]:[E0412 08:03:11.115000000 ProcessGroupNCCL.cpp:1870] [PG ID 0 PG GUID "
+               "0(default_pg) Rank 3] Process group watchdog thread terminated with exception: "
+               "NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL "
+               "version 2.21.5")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "console.log").write_text(unknown + "\n")
+    analysis = run(load([tmp_path / "a"]))
+    assert analysis.verdict.cause == "unclassified_failure" and analysis.verdict.ranks == [3]
+    assert "CRASH001" in analysis.verdict.details["rules_tried"]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "console.log").write_text(
+        unknown + "\n[rank0]:RuntimeError: Address already in use\n")
+    analysis = run(load([tmp_path / "b"]))
+    assert analysis.verdict.cause == "port_in_use"
+    assert all(f.rule != "CRASH004" for f in analysis.findings)
+    assert next(o for o in analysis.outcomes if o.rule == "CRASH004").status == "ruled_out"

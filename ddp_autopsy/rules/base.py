@@ -196,6 +196,8 @@ class Rule:
     requires: ClassVar[tuple[str, ...]] = ("events",)
     #: Facts it uses when they are there (declared, so a typo fails the catalog test).
     optional: ClassVar[tuple[str, ...]] = ()
+    #: A best effort run after every other rule, and only when none found a root cause.
+    fallback: ClassVar[bool] = False
     status: ClassVar[str] = "stable"
 
     @classmethod

@@ -64,25 +64,41 @@ class Analysis:
 
 def run(job: Job, rules: tuple[type[Rule], ...] | None = None) -> Analysis:
     analysis = Analysis(job)
-    for rule_cls in rules or registry():
-        missing = [name for name in rule_cls.requires if not job.has(name)]
-        if missing:
-            analysis.outcomes.append(Outcome(rule_cls.code, rule_cls.slug, "not_evaluated",
-                                             missing=missing))
-            continue
-        try:
-            found = list(rule_cls().check(job))
-            if not all(isinstance(f, Finding) for f in found):
-                raise TypeError(f"{rule_cls.code}.check must yield Finding objects")
-        except Exception:  # one rule's bug must not hide the others' findings
-            analysis.outcomes.append(Outcome(rule_cls.code, rule_cls.slug, "errored",
-                                             error=traceback.format_exc()))
-            continue
-        analysis.outcomes.append(Outcome(rule_cls.code, rule_cls.slug,
-                                         "finding" if found else "ruled_out", findings=found))
-        analysis.findings.extend(found)
+    chosen = rules or registry()
+    for rule_cls in [r for r in chosen if not r.fallback]:
+        _run_rule(rule_cls, job, analysis)
+    fallbacks = [r for r in chosen if r.fallback]
+    if any(f.role == "root_cause" for f in analysis.findings):
+        analysis.outcomes += [Outcome(r.code, r.slug, "ruled_out") for r in fallbacks]
+    else:
+        tried = [o.rule for o in analysis.outcomes if o.status in ("ruled_out", "finding")]
+        for rule_cls in fallbacks:
+            for f in _run_rule(rule_cls, job, analysis):
+                f.details["rules_tried"] = tried
+    analysis.outcomes.sort(key=lambda o: o.rule)
     analysis.findings = rank_findings(analysis.findings)
     return analysis
+
+
+def _run_rule(rule_cls: type[Rule], job: Job, analysis: Analysis) -> list[Finding]:
+    """Run one rule, record its outcome and findings; return the findings."""
+    missing = [name for name in rule_cls.requires if not job.has(name)]
+    if missing:
+        analysis.outcomes.append(Outcome(rule_cls.code, rule_cls.slug, "not_evaluated",
+                                         missing=missing))
+        return []
+    try:
+        found = list(rule_cls().check(job))
+        if not all(isinstance(f, Finding) for f in found):
+            raise TypeError(f"{rule_cls.code}.check must yield Finding objects")
+    except Exception:  # one rule's bug must not hide the others' findings
+        analysis.outcomes.append(Outcome(rule_cls.code, rule_cls.slug, "errored",
+                                         error=traceback.format_exc()))
+        return []
+    analysis.outcomes.append(Outcome(rule_cls.code, rule_cls.slug,
+                                     "finding" if found else "ruled_out", findings=found))
+    analysis.findings.extend(found)
+    return found
 
 
 # Causes that say little by themselves: another root cause usually explains them.

@@ -1,0 +1,81 @@
+"""Something failed that no rule explains: the earliest failure, as a labelled best effort.
+
+## What it detects
+Runs only when no other rule found a root cause. If the inputs still hold a failure — an
+exception, a non-zero exit, an NCCL or c10d error, a timeout — the verdict is never silent: this
+rule names the earliest failing rank, host and line, with a low confidence, and the rules that
+were tried.
+
+## Why it hangs or kills the job
+Unknown: the failure is one the catalog does not know yet (or a fragment too short to tell).
+The earliest failure is usually the cause and the later ones its consequences; timeouts alone
+only say that the ranks waited for someone.
+
+## Evidence
+The earliest failure line (by time where the clocks agree, else input order) and the first few
+after it.
+
+## Remedy
+Read the quoted line and what the rank did just before it; if it is a known failure that
+ddp-autopsy should recognise, please report it with the log. A stack dump of a hung job
+(`ddp-autopsy collect`) or Flight Recorder dumps (`TORCH_FR_BUFFER_SIZE=2000`) give far more to
+go on than logs alone.
+
+## Example
+```
+[rank3]:[E0412 08:03:11.115000000 ProcessGroupNCCL.cpp:1870] [PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with exception: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import polars as pl
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.patterns import kinds_tagged
+from ddp_autopsy.rules.base import Finding, Rule, earliest_first, rank_phrase
+
+FAILING = kinds_tagged("failure") + kinds_tagged("crash")
+#: Failures that only say a rank waited for, or lost, the others: never a culprit by themselves
+#: (an NCCL error is the rank's own, whatever caused it).
+WAITING = tuple(k for k in {*kinds_tagged("lost_peer"), *kinds_tagged("hang")}
+                if k != "nccl_error")
+
+
+class UnclassifiedFailure(Rule):
+    code = "CRASH004"
+    slug = "unclassified-failure"
+    cause = "unclassified_failure"
+    severity = "error"
+    #: Runs after the others, and only when none of them found a root cause.
+    fallback = True
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        failing = job.active_events.filter(pl.col("kind").is_in(FAILING))
+        if failing.height == 0:
+            return
+        own = failing.filter(~pl.col("kind").is_in(WAITING))
+        rows = earliest_first(job.decoded_rows(own if own.height else failing))
+        first = rows[0]
+        if own.height:
+            who = f"rank {first['rank']}" if first["rank"] is not None else "a process"
+            where = f" on {first['host']}" if first.get("host") else ""
+            summary = (f"No rule explains this failure; the earliest the inputs show is "
+                       f"{who}{where}: {_short(first['text'])}")
+            ranks = [first["rank"]]
+        else:
+            waiting = sorted(set(failing["rank"].drop_nulls().to_list()))
+            summary = (f"{rank_phrase(waiting, empty='Some ranks').capitalize()} timed out or "
+                       "lost their peers, and the inputs do not show whom they waited for "
+                       f"(first: {_short(first['text'])})")
+            ranks = []
+        yield self.from_rows(rows, summary, shown=3, ranks=ranks, hosts=[first.get("host")],
+                             confidence=0.25, ts=first["ts"],
+                             details={"kind": first["kind"], "failures": failing.height})
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text[: limit - 1] + "…" if len(text) > limit else text
