@@ -36,6 +36,7 @@ import polars as pl
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.rules.base import Finding, Rule, earliest_first, rank_phrase
+from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
 FAILING = kinds_tagged("failure") + kinds_tagged("crash")
 #: Failures that only say a rank waited for, or lost, the others: never a culprit by themselves
@@ -53,10 +54,15 @@ class UnclassifiedFailure(Rule):
     fallback = True
 
     def check(self, job: Job) -> Iterator[Finding]:
-        failing = job.active_events.filter(pl.col("kind").is_in(FAILING))
+        # Warnings are not failures (a name that resolved on the second try, a retry).
+        failing = job.active_events.filter(
+            pl.col("kind").is_in(FAILING)
+            & ~pl.col("level").fill_null("").is_in(["W", "I", "WARNING", "INFO"]))
         if failing.height == 0:
             return
-        own = failing.filter(~pl.col("kind").is_in(WAITING))
+        own = failing.filter(
+            ~pl.col("kind").is_in(WAITING)
+            & ~pl.col("text").str.contains(f"(?i){CONSEQUENCE.pattern}"))
         rows = earliest_first(job.decoded_rows(own if own.height else failing))
         first = rows[0]
         if own.height:
