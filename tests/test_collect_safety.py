@@ -318,8 +318,9 @@ def test_sigint_leaves_no_partial_file_and_no_claim_of_completeness(tmp_path: Pa
                                  str(big.parent)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         try:
-            if phase == "copy":
-                hit = _interrupt_when(proc, lambda: out.is_dir() and bool(temp_files(out)))
+            if phase == "copy":  # the big log's own temp files: its copy is under way
+                hit = _interrupt_when(proc, lambda: out.is_dir() and any(
+                    p.name.startswith(".big.log.") for p in temp_files(out)))
             else:
                 hit = _interrupt_when(proc, tar_tmp.exists)
             _, stderr = proc.communicate(timeout=60)
@@ -334,7 +335,15 @@ def test_sigint_leaves_no_partial_file_and_no_claim_of_completeness(tmp_path: Pa
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["complete"] is False and manifest["interrupted"] is True
     kinds = {p["kind"] for p in manifest["problems"]}
-    assert "interrupted" in kinds, manifest["problems"]
+    assert "interrupted" in kinds and "step_timeout" not in kinds, manifest["problems"]
+    copies = [a for a in manifest["actions"] if a["name"] == "copy log"
+              and a["target"] == str(big)]
+    if phase == "copy":  # stopped at its next chunk, not run to its end
+        assert [(a["status"], a["truncated"]) for a in copies] == [("skipped", True)], copies
+        assert "interrupted" in copies[0]["error"]
+    else:
+        assert [a["status"] for a in copies] == ["ok"], copies
+        assert manifest["tar"]["status"] == "skipped", manifest["tar"]
 
 
 # -- the access check itself ------------------------------------------------------------------

@@ -43,6 +43,7 @@ PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600  # every directory and file of a bundle
 SETTLE_GRACE_S = 5.0
 DEADLINE_ERROR = "deadline reached before this step started"
 INTERRUPTED_ERROR = "collect was interrupted before this step started"
+INTERRUPTED_DURING = "collect was interrupted during this step"
 
 T = TypeVar("T")
 
@@ -147,6 +148,7 @@ class Bounded(Generic[T]):
 
 
 POLL_S = 0.05  # how often a wait looks at the cancel event
+CANCEL_GRACE_S = 1.0  # after a cancel, how long a wait still gives the step to finish
 
 
 def run_bounded(fn: Callable[[], T], timeout: float, name: str = "probe",
@@ -175,7 +177,8 @@ def run_bounded(fn: Callable[[], T], timeout: float, name: str = "probe",
     thread.start()
     end = time.monotonic() + max(timeout, 0.0)
     while thread.is_alive() and (left := end - time.monotonic()) > 0:
-        if cancel is not None and cancel.is_set():
+        if cancel is not None and cancel.is_set():  # a step that heeds it ends promptly
+            thread.join(min(left, CANCEL_GRACE_S))
             break
         thread.join(min(left, POLL_S) if cancel is not None else left)
     if thread.is_alive():
@@ -349,7 +352,10 @@ class Bundle:
             self.write_text(path, data.decode(errors="surrogateescape"))
             written = path
         status = OK
-        if result.timeout_hit:
+        interrupted = result.timeout_hit and self.deadline.cancelled
+        if interrupted:
+            status = SKIPPED
+        elif result.timeout_hit:
             status = TIMEOUT
         elif result.error is not None:
             status = ABSENT if "FileNotFoundError" in result.error else ERROR
@@ -358,12 +364,14 @@ class Bundle:
         error = result.error
         if error is None and status == ERROR:
             error = summarize_stderr(result.stderr)
+        elif interrupted:
+            error = INTERRUPTED_DURING
         elif result.timeout_hit:
             error = f"timed out after {timeout:.2f}s (partial output kept)"
         action = Action(name=name, kind="command", target=target, path=written, command=argv,
                         status=status, exit_code=result.exit_code, started=started,
                         duration_s=result.duration_s, timeout_s=round(timeout, 3),
-                        timeout_hit=result.timeout_hit, truncated=truncated,
+                        timeout_hit=result.timeout_hit and not interrupted, truncated=truncated,
                         error=redact_text(error) if error else None)
         result.action = action
         self.record(action)
@@ -384,7 +392,9 @@ class Bundle:
         outcome = run_bounded(fn, timeout, name, self.deadline.cancel_event, self.live)
         action = Action(name=name, kind=kind, target=target, started=started,
                         timeout_s=round(timeout, 3), duration_s=time.monotonic() - t0)
-        if not outcome.done:
+        if not outcome.done and self.deadline.cancelled:
+            action.status, action.error = SKIPPED, INTERRUPTED_DURING
+        elif not outcome.done:
             action.status, action.timeout_hit = TIMEOUT, True
             action.error = f"timed out after {timeout:.2f}s"
         elif outcome.error is not None:

@@ -466,7 +466,7 @@ def _problems(bundle: Bundle, procs_: dict[int, ProcessRecord], plan: logs.LogPl
     no_reader = [t["pipe"] for t in triggered if t["result"] == "no_reader"]
     if no_reader:
         out.append(_problem("fr_no_reader", targets=no_reader))
-    if not plan.sources:
+    if not plan.sources and not bundle.deadline.cancelled:
         out.append(_problem("no_logs", count=0))
     if plan.notes:
         out.append(_problem("log_not_collected", targets=list(plan.notes)))

@@ -26,7 +26,8 @@ from ddp_autopsy.collectors.jobs import CollectError
 
 @click.command("collect")
 @click.option("--pid", type=int, default=None,
-              help="The launcher (torchrun / mp.spawn parent) or any rank of the job.")
+              help="The launcher (torchrun / mp.spawn parent) or any rank of the job (a process "
+                   "that is not part of a distributed job is refused).")
 @click.option("--job", "job_key", default=None,
               help="Job key (as listed when several jobs run), launcher pid or run id.")
 @click.option("--logs", "log_paths", multiple=True, type=click.Path(path_type=Path),

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ddp_autopsy.collectors.access import Access, Refused, reason
-from ddp_autopsy.collectors.bundle import PERMISSION_DENIED, Bundle
+from ddp_autopsy.collectors.bundle import PERMISSION_DENIED, SKIPPED, Bundle
 from ddp_autopsy.redact import StreamRedactor
 
 MAX_LOG_BYTES = 64 << 20
@@ -321,7 +321,10 @@ def copy_all(bundle: Bundle, plan: LogPlan, *, step_timeout: float,
             continue
         action.path = src.dest
         action.truncated = result.truncated
-        if result.stopped_early:
+        if result.stopped_early and bundle.deadline.cancelled:
+            action.status = SKIPPED
+            action.error = "copy stopped: collect was interrupted (the tail is kept)"
+        elif result.stopped_early:
             action.status, action.timeout_hit = "timeout", True
             action.error = "copy stopped at its time budget (the tail is kept)"
         entries.append({"source": src.source, "path": src.dest, "size": result.size,

@@ -134,15 +134,18 @@ def dump_process(bundle: Bundle, pyspy: str | None, pid: int, *, native: bool,
     json_res = _run(bundle, pyspy, pid, as_json=True, native=native, step_timeout=step_timeout,
                     path=f"{base}/stack.json")
     if json_res is None:
-        return StackDump(SKIPPED, "deadline reached before the dump", None, None, None)
+        why = "collect was interrupted" if bundle.deadline.cancelled else "deadline reached"
+        return StackDump(SKIPPED, f"{why} before the dump", None, None, None)
     status, error = classify(json_res, pid)
+    if bundle.deadline.cancelled and json_res.timeout_hit:
+        status, error = SKIPPED, "collect was interrupted during the dump"
     json_path = _json_path(bundle, f"{base}/stack.json") if json_res.action and \
         json_res.action.path else None
     if status == OK and json_path is None:
         status, error = ERROR, "py-spy --json output is not valid JSON"
     _refine(json_res, status, error)
     text_res = None
-    if status not in (EXITED, PERMISSION_DENIED, NOT_PYTHON):
+    if status not in (EXITED, PERMISSION_DENIED, NOT_PYTHON, SKIPPED):
         text_res = _run(bundle, pyspy, pid, as_json=False, native=native,
                         step_timeout=step_timeout, path=f"{base}/stack.txt")
     text_path = text = None
