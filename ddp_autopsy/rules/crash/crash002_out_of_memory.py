@@ -2,14 +2,19 @@
 
 ## What it detects
 `torch.OutOfMemoryError: CUDA out of memory`, NCCL's "Cuda failure 'out of memory'", or the
-kernel's OOM killer ("Out of memory: Killed process PID") for a training process.
+kernel's OOM killer ("Out of memory: Killed process PID") for a training process. Without such a
+line, a worker killed by SIGKILL (exit code -9, torchelastic's "Signal 9 (SIGKILL) received",
+mp.spawn's "terminated with signal SIGKILL") that left no traceback and was not stopped by its
+launcher or scheduler first is reported as the likely work of the host's OOM killer, with a lower
+confidence.
 
 ## Why it hangs or kills the job
 The rank that runs out of memory dies (or is killed without a traceback); the others block in
 their next collective until the timeout, then fail with errors that only say a peer is gone.
 
 ## Evidence
-The out-of-memory line with the rank, and how much it tried to allocate.
+The out-of-memory line with the rank, and how much it tried to allocate; or the SIGKILL exit
+(confirm with `dmesg` / `journalctl -k` on that host: "Out of memory: Killed process").
 
 ## Remedy
 Lower the memory peak on that rank: smaller micro-batch, activation checkpointing, sharding
@@ -40,6 +45,7 @@ class OutOfMemory(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("oom")
         if not rows:
+            yield from self._killed(job)
             return
         ranks = ranks_of(rows)
         tried = next((r["data"]["tried"] for r in rows if r["data"].get("tried")), None)
@@ -50,3 +56,28 @@ class OutOfMemory(Rule):
         summary += f" (tried to allocate {tried})." if tried else "."
         yield self.from_rows(rows, summary, shown=2, ranks=ranks, confidence=0.9,
                              details={"tried": tried, "kind": kind})
+
+    def _killed(self, job: Job) -> Iterator[Finding]:
+        """SIGKILL with no traceback and no outside stop: the host's OOM killer, most likely."""
+        if job.rows("agent_signal", "external_signal") or any(
+                r["data"].get("signal") in ("SIGHUP", "SIGINT") for r in job.rows("closing_signal")):
+            return  # stopped from outside (CRASH003): a SIGKILL may be the scheduler's doing
+        killed = [r for r in job.rows("elastic_failure", "worker_failed", "spawn_failed")
+                  if r["data"].get("exitcode") == -9 or r["data"].get("signal") == "SIGKILL"
+                  or "SIGKILL" in str(r["data"].get("traceback", ""))]
+        if not killed:
+            return
+        ranks = {r["data"]["rank"] for r in killed if isinstance(r["data"].get("rank"), int)}
+        ranks |= {int(r["data"]["index"]) for r in killed  # mp.spawn's index is the rank
+                  if r["kind"] == "spawn_failed" and str(r["data"].get("index", "")).isdigit()}
+        raised = {r["rank"] for r in job.rows("exception") if r["rank"] is not None}
+        if ranks and ranks <= raised:
+            return  # it raised first: its own error is the story (CRASH001)
+        local = sorted({r["data"]["local_rank"] for r in killed
+                        if isinstance(r["data"].get("local_rank"), int)})
+        who = subject(ranks, f"Local rank {local[0]}" if len(local) == 1 else "A worker")
+        yield self.from_rows(
+            killed, f"{who} was killed with SIGKILL and left no traceback: most likely the host's "
+            "OOM killer (host memory exhausted; `dmesg` on that host confirms it).", shown=2,
+            ranks=ranks, confidence=0.55,
+            details={"kind": "host memory (SIGKILL, no traceback)", "local_ranks": local})
