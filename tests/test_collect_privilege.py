@@ -116,7 +116,7 @@ def test_root_collect_of_a_nobody_job_copies_nothing_nobody_could_not_read(
                          ) as job:
         assert Path(f"/proc/{job.ranks[0]}/status").read_text().count(f"\t{NOBODY}\t") >= 1
         res = safety.run_collect("--pid", str(job.pid), "--out", str(out), "--tar",
-                                 "--logs", str(secret / "open.log"))
+                                 "--logs", "rootonly/open.log", cwd=work)  # relative to cwd
     assert res.returncode == 0, res.stderr
     tarball = out.with_name("b.tar.gz")
     data = _bundle_text(out, tarball)
@@ -132,6 +132,9 @@ def test_root_collect_of_a_nobody_job_copies_nothing_nobody_could_not_read(
     # (through the symbolic link too: its target is what is checked)
     assert f"{named}: not readable by uid {NOBODY} (mode 0700, owner uid 0)" in targets
     assert f"{secret / 'open.log'}: a directory on the way is not searchable" in targets
+    # the Flight Recorder prefix's directory is not listed, the init file not read
+    assert f"{secret}: not readable by uid {NOBODY}" in targets
+    assert f"{secret / 'secret.log'}: not readable by the job's user" in targets
     assert any("the job's user may not read" in w for w in manifest["warnings"])
     # the rest of the job's own output is still there (its stdout, a file nobody owns)
     assert any(e["source"] == str(job_dir / "agent.log") for e in manifest["logs"])

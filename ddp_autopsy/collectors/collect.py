@@ -173,6 +173,7 @@ class _Collection:
                  t0: float, access: Access) -> None:
         self.bundle, self.job, self.opts, self.t0 = bundle, job, opts, t0
         self.access = access
+        self.refused: list[str] = []  # besides logs: FR directories and dumps, init files
         self.step = opts.step_timeout_s
         self.procs: dict[int, ProcessRecord] = {}
         self.pyspy_exe = pyspy.find_pyspy()
@@ -188,7 +189,7 @@ class _Collection:
         self.pick_up_flight_recorder(fr, triggered, fr_started)
         self.summarize()
         b = self.bundle
-        problems = _problems(b, self.procs, plan, self.pyspy_exe, triggered)
+        problems = _problems(b, self.procs, plan, self.pyspy_exe, triggered, self.refused)
         warnings = _warnings(self.procs, problems, b.deadline.seconds)
         b.manifest.update(problems=problems, warnings=warnings)
         manifest = self.checkpoint(complete=not b.deadline.cancelled)
@@ -279,6 +280,8 @@ class _Collection:
                                      target=path, step_timeout=self.step)
             if read and read.done and read.error is None:
                 found.append({**read.value, "local_users": len(workers)})
+                if read.value.get("unreadable"):
+                    self.refused.append(f"{path}: not readable by the job's user")
         if found:
             self.bundle.manifest["init_files"] = found
 
@@ -331,13 +334,18 @@ class _Collection:
             b.probe("wait for flight recorder dumps", lambda: flight_recorder.wait_for_dumps(
                 fr.prefixes, fr_started, n_triggered, wait, self.access), target="fr",
                 step_timeout=wait + 1)
+        refused: list[str] = []
         found = b.probe("find flight recorder dumps",
                         lambda: flight_recorder.find_dumps(fr.prefixes, self.job.started,
-                                                           self.access),
+                                                           self.access, refused),
                         target="fr", step_timeout=self.step)
+        # a refusal is news for the directories the job names, not for the default places
+        named = tuple(f"{os.path.dirname(p)}: " for p in fr.named)
+        self.refused += [r for r in refused if r.startswith(named)]
         fresh, stale = found.value if found and found.done and found.value else ([], [])
         b.manifest["fr_dumps"] = flight_recorder.copy_dumps(b, fresh, step_timeout=self.step,
-                                                            access=self.access)
+                                                            access=self.access,
+                                                            refused=self.refused)
         b.manifest["fr"] = {"pipes": triggered, "prefixes": fr.prefixes, "skipped_stale": stale}
 
 
@@ -414,8 +422,8 @@ def _probe_endpoint(bundle: Bundle, ep: tuple[str, int | None, str], job: JobCan
 def _log_plan(given: list[Path], procs_: dict[int, ProcessRecord],
               access: Access) -> logs.LogPlan:
     plan = logs.LogPlan(access)
-    for path in given:
-        plan.add_path(Path(path), "given")
+    for path in given:  # absolute (not resolved): the access check walks from /
+        plan.add_path(Path(os.path.abspath(path)), "given")
     for pid, proc in procs_.items():
         plan.add_fd(pid, 1, proc.info.get("stdout"), "stdout")
         plan.add_fd(pid, 2, proc.info.get("stderr"), "stderr")
@@ -437,8 +445,8 @@ def _problem(kind: str, *, pids: list[int] | None = None, targets: list[str] | N
 
 
 def _problems(bundle: Bundle, procs_: dict[int, ProcessRecord], plan: logs.LogPlan,
-              pyspy_exe: str | None,
-              triggered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+              pyspy_exe: str | None, triggered: list[dict[str, Any]],
+              refused: list[str] | None = None) -> list[dict[str, Any]]:
     """What was not collected, besides stacks (each process's ``stack_status`` says that)."""
     out: list[dict[str, Any]] = []
     if pyspy_exe is None:
@@ -472,8 +480,9 @@ def _problems(bundle: Bundle, procs_: dict[int, ProcessRecord], plan: logs.LogPl
         out.append(_problem("log_not_collected", targets=list(plan.notes)))
     fr_refused = [t["pipe"] + ": " + t["result"].removeprefix("refused: ") for t in triggered
                   if t["result"].startswith("refused")]
-    if plan.refused or fr_refused:
-        out.append(_problem(REFUSED, targets=[*plan.refused, *fr_refused],
+    everything = list(dict.fromkeys([*plan.refused, *fr_refused, *(refused or [])]))
+    if everything:
+        out.append(_problem(REFUSED, targets=everything,
                             detail=_access_detail(plan.access)))
     if bundle.deadline.cancelled:
         out.append(_interrupted_problem(bundle))

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ddp_autopsy.collectors.access import Access, Refused, reason
-from ddp_autopsy.collectors.bundle import Bundle
+from ddp_autopsy.collectors.bundle import PERMISSION_DENIED, Bundle
 from ddp_autopsy.redact import redact_obj
 
 PIPE_VAR = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"
@@ -45,6 +45,7 @@ STALE_SLACK_S = 2.0
 class FrPlan:
     pipes: list[str] = field(default_factory=list)
     prefixes: list[str] = field(default_factory=list)
+    named: list[str] = field(default_factory=list)  # the prefixes the job's environment names
 
 
 def plan(workers: Iterable[tuple[int | None, dict[str, str], str | None]]) -> FrPlan:
@@ -66,6 +67,7 @@ def plan(workers: Iterable[tuple[int | None, dict[str, str], str | None]]) -> Fr
             prefix = _absolute(env.get(var), cwd)
             if prefix:
                 prefixes.setdefault(prefix, None)
+                out.named.append(prefix)
         home = env.get("XDG_CACHE_HOME") or (env["HOME"] + "/.cache" if env.get("HOME") else None)
         if home:
             cache_dirs.setdefault(home, None)
@@ -75,6 +77,7 @@ def plan(workers: Iterable[tuple[int | None, dict[str, str], str | None]]) -> Fr
         for cache in cache_dirs:
             prefixes.setdefault(f"{cache}/torch/{name}", None)
     out.pipes = list(dict.fromkeys(out.pipes))
+    out.named = list(dict.fromkeys(out.named))
     out.prefixes = list(prefixes)
     return out
 
@@ -123,15 +126,20 @@ def trigger(bundle: Bundle, fr: FrPlan, *, step_timeout: float,
     return results
 
 
-def find_dumps(prefixes: Iterable[str], since: float | None,
-               access: Access | None = None) -> tuple[list[str], list[str]]:
+def find_dumps(prefixes: Iterable[str], since: float | None, access: Access | None = None,
+               refused: list[str] | None = None) -> tuple[list[str], list[str]]:
     """``(fresh, stale)`` dump files for the prefixes; stale ones predate ``since``. A prefix's
-    directory is listed only when the job's user may list it."""
+    directory is listed only when the job's user may list it (else ``"<dir>: <why>"`` goes to
+    ``refused``)."""
     fresh, stale = [], []
     for prefix in prefixes:
         folder, stem = os.path.split(prefix)
         try:
             names = (access or Access(None)).listdir(folder or ".")
+        except Refused as exc:
+            if refused is not None:
+                refused.append(f"{folder}: {reason(exc)}")
+            continue
         except OSError:
             continue
         for name in names:
@@ -172,9 +180,9 @@ def wait_for_dumps(prefixes: list[str], since: float, expected: int, timeout: fl
 
 
 def copy_dumps(bundle: Bundle, paths: list[str], *, step_timeout: float,
-               access: Access | None = None) -> list[str]:
-    """Copy dumps into ``fr/`` (one ``file`` action each, read as the job's user may); returns
-    bundle-relative paths."""
+               access: Access | None = None, refused: list[str] | None = None) -> list[str]:
+    """Copy dumps into ``fr/`` (one ``file`` action each, read as the job's user may: a refusal
+    goes to ``refused``); returns bundle-relative paths."""
     copied: list[str] = []
     used: set[str] = set()
     for src in paths:
@@ -191,6 +199,11 @@ def copy_dumps(bundle: Bundle, paths: list[str], *, step_timeout: float,
         if outcome and outcome.done and outcome.error is None and outcome.action:
             outcome.action.path = rel
             copied.append(rel)
+        elif outcome and outcome.action and isinstance(outcome.error, Refused):
+            outcome.action.status = PERMISSION_DENIED
+            outcome.action.error = f"refused: {reason(outcome.error)}"
+            if refused is not None:
+                refused.append(f"{src}: {reason(outcome.error)}")
     return copied
 
 
