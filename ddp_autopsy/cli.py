@@ -98,8 +98,11 @@ def _write_html(analysis, path: Path) -> None:
 @click.option("--color/--no-color", default=None, help="Force colours on or off.")
 @click.option("--raw-logs", is_flag=True,
               help="Re-read bundles' raw logs instead of the summaries collect wrote.")
+@click.option("--redact/--no-redact", default=False, show_default=True,
+              help="Mask secrets in the text or JSON output too (the HTML report always is; "
+                   "docs/redaction.md).")
 def analyze(paths: tuple[Path, ...], fmt: str, html_path: Path | None, color: bool | None,
-            raw_logs: bool) -> None:
+            raw_logs: bool, redact: bool) -> None:
     """Analyze logs, log directories, archives or collect bundles of one job.
 
     Several PATHs (e.g. one bundle per node) are analyzed together as one job.
@@ -107,14 +110,19 @@ def analyze(paths: tuple[Path, ...], fmt: str, html_path: Path | None, color: bo
     if html_path:
         _check_output(html_path)
     analysis = _analyze(paths, raw_logs, progress=fmt == "text")
+    out = analysis
+    if redact:  # the HTML report redacts itself, always
+        from ddp_autopsy.redact import redact_analysis
+
+        out = redact_analysis(analysis)
     if fmt == "json":
         from ddp_autopsy.reports import json_report
 
-        click.echo(json_report.render(analysis))
+        click.echo(json_report.render(out, redact=redact))
     else:
         from ddp_autopsy.reports import text
 
-        text.render(analysis, color=color)
+        text.render(out, color=color)
     if html_path:
         _write_html(analysis, html_path)
         if fmt == "text":
@@ -171,13 +179,16 @@ def inspect(paths: tuple[Path, ...], out: Path) -> None:
               help="Stop after this many lines.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
+@click.option("--redact/--no-redact", default=False, show_default=True,
+              help="Mask secrets in the lines shown (docs/redaction.md).")
 def grep(pattern: str, paths: tuple[Path, ...], rank: int | None, ignore_case: bool, limit: int,
-         fmt: str) -> None:
+         fmt: str, redact: bool) -> None:
     """Search every line of the inputs (any layout, archives in place) for a regex, with the
     rank each line comes from. Exit code 1 when nothing matched, as grep's."""
     from ddp_autopsy.analyzer.grep import check_pattern
     from ddp_autopsy.analyzer.grep import grep as search
     from ddp_autopsy.analyzer.sources import InputNote
+    from ddp_autopsy.redact import redact_fields
     from ddp_autopsy.reports.termsafe import termsafe
 
     if ignore_case:
@@ -193,6 +204,8 @@ def grep(pattern: str, paths: tuple[Path, ...], rank: int | None, ignore_case: b
             notes.append(InputNote("(output)", f"more than {limit} lines matched: the first "
                                                f"{limit} are shown (--max)", "info"))
             break
+        if redact:
+            hit = redact_fields(hit)
         hits.append(hit)
         if fmt == "text":
             who = f" [rank {hit.rank}]" if hit.rank is not None else ""

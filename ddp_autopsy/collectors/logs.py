@@ -216,26 +216,32 @@ def _head_end(fin: BinaryIO, limit: int) -> int:
 
 
 def _copy_span(fin: BinaryIO, fout: BinaryIO, start: int, end: int, redact: StreamRedactor,
-               stop_at: float) -> tuple[int, bool]:
-    """Copy ``[start, end)`` in chunks of whole lines; returns ``(bytes copied, stopped)``."""
+               stop_at: float, chunk_size: int = CHUNK) -> tuple[int, bool]:
+    """Copy ``[start, end)`` redacted; returns ``(bytes copied, stopped)``.
+
+    Chunks are cut anywhere (even inside a UTF-8 character: surrogateescape keeps the bytes);
+    the redactor holds an unfinished line back until its end arrives, so a secret cut by a chunk
+    boundary is still seen whole.
+    """
     fin.seek(start)
     pos = start
+    stopped = False
     while pos < end:
         if time.monotonic() > stop_at:
-            return pos - start, True
-        chunk = fin.read(min(CHUNK, end - pos))
+            stopped = True
+            break
+        chunk = fin.read(min(chunk_size, end - pos))
         if not chunk:
             break
-        if pos + len(chunk) < end and (cut := chunk.rfind(b"\n")) != -1:
-            chunk = chunk[:cut + 1]  # redaction sees whole lines
-            fin.seek(pos + len(chunk))
         pos += len(chunk)
-        text = chunk.decode("utf-8", errors="surrogateescape")
-        fout.write(redact(text).encode("utf-8", errors="surrogateescape"))
-    return pos - start, False
+        fout.write(redact(chunk.decode("utf-8", errors="surrogateescape"))
+                   .encode("utf-8", errors="surrogateescape"))
+    fout.write(redact.flush().encode("utf-8", errors="surrogateescape"))
+    return pos - start, stopped
 
 
-def copy_log(src: str, dest: Path, *, limit: int, stop_at: float = float("inf")) -> CopyResult:
+def copy_log(src: str, dest: Path, *, limit: int, stop_at: float = float("inf"),
+             chunk_size: int = CHUNK) -> CopyResult:
     """Copy ``src`` to ``dest`` redacted; head + marker + tail when larger than ``limit``.
 
     The tail is copied first: it is what a hang leaves behind, and a copy that reaches
@@ -256,13 +262,15 @@ def copy_log(src: str, dest: Path, *, limit: int, stop_at: float = float("inf"))
             with open(tmp_tail, "w+b") as ftail, open(tmp, "wb") as fout:
                 # A PEM block may have begun before the tail: the redactor finds out.
                 tail, stopped = _copy_span(fin, ftail, tail_start, size,
-                                           StreamRedactor(maybe_inside=tail_start > 0), stop_at)
+                                           StreamRedactor(maybe_inside=tail_start > 0), stop_at,
+                                           chunk_size)
                 if stopped:
                     ftail.write(b"\n[ddp-autopsy: the copy ran out of time here; the rest of "
                                 b"this file is missing]\n")
                 head = 0
                 if not stopped:
-                    head, stopped = _copy_span(fin, fout, 0, head_end, StreamRedactor(), stop_at)
+                    head, stopped = _copy_span(fin, fout, 0, head_end, StreamRedactor(), stop_at,
+                                               chunk_size)
                 if head < tail_start:
                     why = " (the copy ran out of time)" if stopped else ""
                     fout.write(f"[ddp-autopsy: {tail_start - head} bytes omitted from the middle "

@@ -49,5 +49,11 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
     }
 
 
-def render(analysis: Analysis) -> str:
-    return json.dumps(to_dict(analysis), indent=2, default=str)
+def render(analysis: Analysis, *, redact: bool = False) -> str:
+    """The JSON document; ``redact``: every string in it passed through ddp_autopsy.redact."""
+    doc = to_dict(analysis)
+    if redact:
+        from ddp_autopsy.redact import redact_obj
+
+        doc = redact_obj(doc)
+    return json.dumps(doc, indent=2, default=str)
