@@ -30,9 +30,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from ddp_autopsy import bundle_layout as layout
 from ddp_autopsy.redact import redact_obj, redact_text
 
-SCHEMA = "ddp-autopsy/bundle/1"
+SCHEMA = layout.SCHEMA
 MIN_BUDGET_S = 0.001  # below this an action is not started at all
 
 # Action / stack statuses; "timeout" and "absent" are different facts.
@@ -414,7 +415,7 @@ class Bundle:
         manifest = {**self.manifest, "complete": complete, "duration_s": round(duration_s, 3),
                     "actions": actions}
         with self._manifest_lock:
-            self.write_json("manifest.json", manifest)
+            self.write_json(layout.MANIFEST, manifest)
         return manifest
 
 

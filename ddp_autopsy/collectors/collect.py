@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ddp_autopsy import __version__
+from ddp_autopsy import bundle_layout as layout
 from ddp_autopsy.collectors import (
     flight_recorder,
     host,
@@ -298,8 +299,8 @@ class _Collection:
             self.procs[pid].stack = fut.result()
         self.read_spawn_indexes(pool)
         self.read_init_files()
-        b.write_json("network/probe.json", [r for r in (f.result() for f in probes) if r])
-        b.manifest["network"] = "network/probe.json"
+        b.write_json(layout.NETWORK_PROBES, [r for r in (f.result() for f in probes) if r])
+        b.manifest["network"] = layout.NETWORK_PROBES
         workers = sorted((p for p in self.procs.values() if p.member.role == "worker"
                           and p.info.get("status") == OK),
                          key=lambda p: (p.member.rank is None, p.member.rank, p.member.pid))
@@ -384,7 +385,7 @@ def _process_entry(m: Member, proc: ProcessRecord | None) -> dict[str, Any]:
         "local_rank": m.local_rank, "world_size": m.world_size, "spawn_index": m.spawn_index,
         "spawn_index_source": m.spawn_index_source,
         "worker_pid": m.worker_pid, "cmdline": info.get("cmdline"),
-        "info": f"processes/{m.pid}/info.json" if proc else None,
+        "info": layout.process_info(m.pid) if proc else None,
         "stack": stack.json_path if stack else None,
         "stack_text": stack.text_path if stack else None,
         "stack_status": stack.status if stack else "pending",

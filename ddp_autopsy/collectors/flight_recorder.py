@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddp_autopsy import bundle_layout as layout
 from ddp_autopsy.collectors.access import Access, Refused, reason
 from ddp_autopsy.collectors.bundle import PERMISSION_DENIED, Bundle
 from ddp_autopsy.redact import redact_obj
@@ -187,10 +188,10 @@ def copy_dumps(bundle: Bundle, paths: list[str], *, step_timeout: float,
     used: set[str] = set()
     for src in paths:
         name = Path(src).name
-        rel = f"fr/{name}"
+        rel = layout.fr_dump(name)
         n = 1
         while rel in used:  # same name under two prefixes' directories
-            rel = f"fr/{n}/{name}"
+            rel = layout.fr_dump(name, n)
             n += 1
         used.add(rel)
         outcome = bundle.probe("copy flight recorder dump",

@@ -17,6 +17,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from ddp_autopsy import bundle_layout as layout
 from ddp_autopsy.collectors import procs
 from ddp_autopsy.collectors.bundle import (
     ABSENT,
@@ -42,8 +43,8 @@ MAX_KERNEL_LINES = 200
 # key → (action name, argv, bundle path of its stdout or None)
 COMMANDS: dict[str, tuple[str, list[str], str | None]] = {
     "ip": ("ip addr", ["ip", "-j", "addr"], None),
-    "nvidia-smi": ("nvidia-smi", ["nvidia-smi", "-q"], "host/nvidia-smi.txt"),
-    "dmesg": ("dmesg", ["dmesg"], "host/dmesg.txt"),
+    "nvidia-smi": ("nvidia-smi", ["nvidia-smi", "-q"], layout.HOST_COMMANDS["nvidia-smi"]),
+    "dmesg": ("dmesg", ["dmesg"], layout.HOST_COMMANDS["dmesg"]),
 }
 
 
@@ -204,4 +205,4 @@ def write_host_json(bundle: Bundle, results: dict[str, CommandResult | Action | 
                            "values": procs.read_limits(limits_pid) if limits_pid else {}},
                 "kernel": kern, "nvidia_smi": command_status(results.get("nvidia-smi"))}
 
-    bundle.probe("host facts", facts, target="host", step_timeout=step, path="host/host.json")
+    bundle.probe("host facts", facts, target="host", step_timeout=step, path=layout.HOST_FACTS)

@@ -154,17 +154,6 @@ def job_root(table: dict[int, ProcSnapshot], pid: int) -> int:
         seen.add(cur)
 
 
-def _subtree(children: dict[int, list[int]], root: int) -> list[int]:
-    out, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        if pid in out:
-            continue
-        out.append(pid)
-        stack.extend(reversed(children.get(pid, [])))
-    return out
-
-
 def _classify(table: dict[int, ProcSnapshot], children: dict[int, list[int]],
               roots: list[int]) -> list[Member]:
     """Members of the trees under ``roots`` (sibling roots for srun-style jobs)."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ddp_autopsy import bundle_layout as layout
 from ddp_autopsy.collectors import procs, pyspy
 from ddp_autopsy.collectors.bundle import ERROR, EXITED, OK, SKIPPED, TIMEOUT, Bundle
 from ddp_autopsy.collectors.jobs import Member
@@ -102,5 +103,5 @@ def collect_stacks(bundle: Bundle, pyspy_exe: str | None, proc: ProcessRecord, *
             versions([], None, stack.text)["python"] or proc.info["versions"]["python"])
     proc.info["stack_status"] = stack.status
     proc.info["stack"] = stack.json_path
-    bundle.write_json(f"processes/{pid}/info.json", proc.info)
+    bundle.write_json(layout.process_info(pid), proc.info)
     return stack

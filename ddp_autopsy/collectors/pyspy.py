@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddp_autopsy import bundle_layout as layout
 from ddp_autopsy.collectors import procs
 from ddp_autopsy.collectors.bundle import (
     ERROR,
@@ -128,7 +129,7 @@ class StackDump:
 def dump_process(bundle: Bundle, pyspy: str | None, pid: int, *, native: bool,
                  step_timeout: float) -> StackDump:
     """Both dumps of ``pid``, one after the other (two ptrace attaches would collide)."""
-    base = f"processes/{pid}"
+    base = layout.process_dir(pid)
     if pyspy is None:
         return StackDump(ERROR, "py-spy not found (pip install py-spy)", None, None, None)
     json_res = _run(bundle, pyspy, pid, as_json=True, native=native, step_timeout=step_timeout,
