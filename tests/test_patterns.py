@@ -88,6 +88,74 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", {}),
     ("unused_parameters", "RuntimeError: Expected to have finished reduction in the prior "
      "iteration before starting a new one.", {}),
+    # older and other wordings (docs/messages.md)
+    ("listen_failed", "torch.distributed.DistNetworkError: The server socket has failed to listen "
+     "on any local network address. The server socket has failed to bind to 10.0.0.9:29500 "
+     "(errno: 99 - Cannot assign requested address).", {"errno": 99}),
+    ("port_in_use", "ConnectionError: Tried to launch distributed communication on port `29500`, "
+     "but another process is utilizing it.", {"port": 29500}),
+    ("unresolved_host", "ValueError: host not found: Name or service not known",
+     {"msg": "Name or service not known"}),  # torch <= 1.8
+    ("unresolved_host", "node-1: ssh: Could not resolve hostname node-0: Name or service not "
+     "known", {"host": "node-0"}),
+    ("connect_timeout", "RuntimeError: connect() timed out. Original timeout was 60000 ms.",
+     {"t": 60000, "unit": "ms"}),
+    ("connect_failed", "RuntimeError: Connection refused", {"err": "Connection refused"}),
+    ("connect_retry", "[W socket.cpp:601] [c10d] The client socket has failed to connect to "
+     "[node-0]:29500 (errno: 111 - Connection refused).",
+     {"host": "node-0", "port": 29500, "errno": 111}),
+    ("connect_failed", "[W socket.cpp:601] [c10d] The client socket has failed to connect to "
+     "[node-0]:29500 (errno: 110 - Connection timed out).",
+     {"host": "node-0", "port": 29500, "errno": 110}),
+    ("store_wait_timeout", "[rank1]:[W516 14:34:56.854597329 socket.cpp:489] [c10d] waitForInput: "
+     "socket SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) timed out after "
+     "1800000ms", {"ms": 1800000, "remote": "[localhost]:29500"}),
+    ("nccl_teardown", "[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out. "
+     "Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
+     "corrupted/incomplete data.", {}),
+    ("unresolved_host", "nslookup: can't resolve 'job-master-0': Name does not resolve",
+     {"host": "job-master-0"}),
+    ("store_clients_timeout", "RuntimeError: Timed out initializing process group in store based "
+     "barrier on rank: 3, for key: store_based_barrier_key:1 (world_size=8, worker_count=7, "
+     "timeout=0:30:00)", {"rank": 3, "world": 8, "joined": 7}),
+    ("store_barrier_wait", "INFO:torch.distributed.distributed_c10d:Waiting in store based barrier "
+     "to initialize process group for rank: 0, key: store_based_barrier_key:1 (world_size=2, "
+     "worker_count=4, timeout=0:30:00)", {"rank": 0, "world": 2, "joined": 4}),
+    ("watchdog_summary", "[rank3]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 3] Timeout at NCCL "
+     "work: 2081, last enqueued NCCL work: 2081, last completed NCCL work: 2080.",
+     {"seq": 2081, "enqueued": 2081, "completed": 2080}),  # 2.2-2.3
+    ("dump_signal", "[PG ID 0 PG GUID 0(default_pg) Rank 0] Received a dump signal due to a "
+     "collective timeout from  rank 3 and we will try our best to dump the debug info. Last "
+     "enqueued NCCL work: 715, last completed NCCL work: 715.", {"src": 3, "completed": 715}),
+    ("watchdog_progress", "[PG ID 0 PG GUID 0(default_pg) Rank 1] NCCL Work update periodically: "
+     "last enqueued NCCL work: 312, last completed NCCL work: 311.",
+     {"enqueued": 312, "completed": 311}),
+    ("gloo_timeout", "RuntimeError: Application timeout caused pair closure", {}),
+    ("gloo_size_mismatch", "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/"
+     "pair.cc:446] op.preamble.length <= op.nbytes. 8 vs 4", {"got": 8, "want": 4}),
+    ("gloo_connect_failure", "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] "
+     "connect [127.0.1.1]:27389: Connection refused", {"addr": "127.0.1.1", "port": 27389}),
+    ("peer_closed", "[W1122 10:00:00.123456789 socket.cpp:1] [c10d] sendBytes failed on "
+     "SocketImpl(fd=12, addr=[node-1]:44556, remote=[node-0]:29500): Broken pipe", {}),
+    ("worker_failed", "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) "
+     "local_rank: 2 (pid: 1811) of fn: main (start_method: spawn)", {"exitcode": -9}),
+    ("closing_signal", "W1122 10:00:00.000000 4242 torch/multiprocessing/spawn.py:165] "
+     "Terminating process 4243 via signal SIGTERM", {"pid": 4243, "signal": "SIGTERM"}),
+    ("closing_signal", "Unable to shutdown process 4797 via Signals.SIGTERM, forcefully exiting "
+     "via Signals.SIGKILL", {"pid": 4797, "signal": "SIGKILL"}),
+    ("worker_group_failed", "[default] Worker group FAILED. 3/3 attempts left; will restart worker "
+     "group", {"role": "default", "left": 3, "max": 3}),
+    ("oom", "Memory on the node (IP: 10.0.0.5, ID: 2b4e5f) where the task was running was 28.50GB "
+     "/ 30.00GB (0.95), which exceeds the memory usage threshold of 0.95.", {"ip": "10.0.0.5"}),
+    ("unused_parameters", "Parameter indices which did not receive grad for rank 1: 24 25",
+     {"rank": 1, "params": "24 25"}),
+    ("unused_parameters", "RuntimeError: It looks like your LightningModule has parameters that "
+     "were not used in producing the loss returned by training_step.", {}),
+    ("ddp_model_mismatch", "RuntimeError: DDP expects same model across all ranks, but Rank 0 has "
+     "200 params, while rank 1 has inconsistent 198 params.", {"r1": 0, "r2": 1, "n2": 198}),
+    ("init_file_url", "File already exists: output.tmp/dist_init", {"path": "output.tmp/dist_init"}),
+    ("external_signal", "slurmstepd: error: *** STEP 5559.0 ON node3 CANCELLED AT "
+     "2025-01-10T15:27:25 DUE TO TIME LIMIT ***", {"reason": "TIME LIMIT", "node": "node3"}),
     # NCCL
     ("nccl_version", "gpu1:4242:4242 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
      {"version": "2.21.5", "cuda": "12.4"}),
@@ -107,7 +175,7 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      "/dev/shm/nccl-03v824 to 9637892 bytes, error: No space left on device (28)",
      {"errno": 28}),
     ("shm_error", "gpu1:1:1 [0] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No "
-     "space left on device", {"err3": "No space left on device"}),  # <= 2.11
+     "space left on device", {"err": "No space left on device"}),  # <= 2.11
     ("network_error", "gpu3:1:9 [0] NCCL WARN socketProgressOpt: Call to recv from 10.0.0.2<4563> "
      "failed : Connection reset by peer", {}),
     ("nccl_message_truncated", "gpu2:4021:4130 [1] transport/net_socket.cc:544 NCCL WARN "
@@ -121,6 +189,28 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      "procs, nranks 4 vs 8, nroots 1 vs 1, iroot 0 vs 0", {"n1": 4, "n2": 8}),
     ("cuda_failure", "gpu1:1:1 [0] enqueue.cc:1 NCCL WARN Cuda failure 700 'an illegal memory "
      "access was encountered'", {"code": 700, "err": "an illegal memory access was encountered"}),
+    ("nccl_connect_failure", "gpu1:1:1 [0] misc/socket.cc:538 NCCL WARN socketPollConnect: Connect "
+     "to 10.0.0.2<43211> returned 113(No route to host) errno 115(Operation now in progress)",
+     {"fn": "socketPollConnect", "addr": "10.0.0.2<43211>", "code": 113}),  # 2.20-2.23
+    ("nccl_connect_failure", "gpu1:1:1 [0] NCCL INFO socketPollConnect: connect returned No route "
+     "to host, retrying (34/34) after sleep for 3400 msec", {"err": "No route to host"}),
+    ("nccl_connect_retry", "gpu1:1:1 [0] NCCL INFO socketPollConnect: connect returned Connection "
+     "refused, retrying (3/34) after sleep for 300 msec", {"max": 34}),
+    ("nccl_connect_retry", "gpu1:1:1 [0] NCCL INFO Call to connect returned Connection refused, "
+     "retrying", {"err": "Connection refused"}),  # 2.4-2.15
+    ("nccl_collective_mismatch", "gpu1:1:1 [0] init.cc:208 NCCL WARN Your program may be hanging, "
+     "this may be caused by a collective mismatch around rank 3. Please check your collective "
+     "calls at and around this rank.", {"rank": 3}),
+    ("nccl_message_truncated", "gpu2:1:1 [3] transport/net_ib.cc:1213 NCCL WARN NET/IB : req 1/1 "
+     "tag 7 peer 10.0.0.1<41203> collective mismatch error, local size 1048576 remote size 524288",
+     {"want": 1048576, "got": 524288}),
+    ("cuda_failure", "gpu1:1:1 [1] transport/p2p.cc:169 NCCL WARN failed to open CUDA IPC handle : "
+     "217 peer access is not supported between these two devices", {"code": 217}),
+    ("nccl_warn", "gpu1:1:1 [0] graph/search.cc:1081 NCCL WARN Could not find a path for pattern "
+     "4, falling back to simple order", {"msg": "Could not find a path for pattern 4, falling back "
+     "to simple order"}),
+    ("nccl_version_mismatch", "gpu1:1:1 [0] dev_runtime.cc:1444 NCCL WARN NCCL library is not "
+     "backwards compatible. This application was compiled with NCCL version 2.29.7", {}),
     ("nccl_error", "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"
      "c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for "
      "details), NCCL version 2.19.3", {"version": "2.19.3"}),

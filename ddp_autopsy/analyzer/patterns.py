@@ -66,12 +66,28 @@ PATTERNS: tuple[Pattern, ...] = (
     # M14, non-libuv: "...failed to bind to [::]:29500 (errno: 98 - Address already in use)."
     _p(
         "port_in_use",
-        ("Address already in use", "EADDRINUSE", "address already in use"),
+        ("Address already in use", "EADDRINUSE", "address already in use",
+         "another process is utilizing it"),
         r"(?:bind to (?P<addr>\S+?):(?P<port>\d+) \(errno: 98"
         r"|port: (?P<port2>\d+),[^\n]*?EADDRINUSE"
-        r"|EADDRINUSE|[Aa]ddress already in use)",
+        r"|EADDRINUSE|[Aa]ddress already in use"
+        # accelerate: "Tried to launch distributed communication on port `29500`, but another
+        # process is utilizing it."
+        r"|on port `(?P<port3>\d+)`, but another process is utilizing it)",
         port=int,
         port2=int,
+        port3=int,
+    ),
+    # M14's terminal line when the bind failed for another reason than a used port (errno 99
+    # EADDRNOTAVAIL: the master address is not this host's). Each per-address bind warning
+    # before it is a retry (IPv6 off gives errno 97 on healthy hosts), so only this line counts.
+    _p(
+        "listen_failed",
+        "failed to listen on any local network address",
+        r"failed to listen on any local network address"
+        r"(?!.*(?:errno: 98|EADDRINUSE|[Aa]ddress already in use))"
+        r"(?:.*?(?:errno: |code: -)(?P<errno>\d+))?(?:.*?(?: - |message: )(?P<err>[^.)]+))?",
+        errno=int,
     ),
     # M15: "The IPv6 network addresses of (host, 44685) cannot be retrieved (gai error: -2 - ...)"
     _p(
@@ -85,9 +101,17 @@ PATTERNS: tuple[Pattern, ...] = (
     # Python-level resolution failures (tcp:// init methods, user code).
     _p(
         "unresolved_host",
-        ("gaierror", "getting address info"),
+        ("gaierror", "getting address info", "host not found: ", "Could not resolve hostname",
+         "nslookup: can't resolve '"),
         r"(?:socket\.gaierror: \[Errno (?P<gai>-?\d+)\] (?P<msg>.+)"
-        r"|error encountered when getting address info : (?P<msg2>.+))",
+        r"|error encountered when getting address info : (?P<msg2>.+)"
+        # torch <= 1.8 (c10d Utils): "ValueError: host not found: Name or service not known"
+        r"|\bhost not found: (?P<msg3>.+)"
+        # ssh from DeepSpeed's / pdsh's launcher: "ssh: Could not resolve hostname node-0: ..."
+        r"|ssh: Could not resolve hostname (?P<host>[^:\s]+): (?P<msg4>.+)"
+        # entrypoint scripts probing the master (busybox): "nslookup: can't resolve
+        # 'job-master-0': Name does not resolve" ('(null)': the variable was empty)
+        r"|nslookup: can't resolve '(?P<host2>[^']+)'(?:: (?P<msg5>.+))?)",
         gai=int,
     ),
     # Markers of a (re)start: a later start with no failure after it supersedes earlier failures.
@@ -105,26 +129,47 @@ PATTERNS: tuple[Pattern, ...] = (
     # M13: "The client socket has timed out after 1800s while trying to connect to (h, 29500)."
     _p(
         "connect_timeout",
-        "while trying to connect to",
-        r"client socket has timed out after (?P<t>\d+)(?P<unit>ms|s) while trying to connect to "
-        r"\((?P<host>[^,]+), (?P<port>\d+)\)",
+        ("while trying to connect to", "connect() timed out", "Error: Connection timed out"),
+        r"(?:client socket has timed out after (?P<t>\d+)(?P<unit>ms|s) while trying to connect to "
+        r"\((?P<host>[^,]+), (?P<port>\d+)\)"
+        # torch <= 1.8 (c10d Utils): "connect() timed out. Original timeout was 60000 ms."
+        r"|connect\(\) timed out\.(?: Original timeout was (?P<t2>\d+) (?P<unit2>ms))?"
+        r"|^(?:\w+\.)*(?:RuntimeError|DistNetworkError): Connection timed out$)",
         t=int,
+        t2=int,
         port=int,
     ),
     # M16: "failed to connect to any network address of (master-0, 23456). ... (errno: 113 - ...)"
     _p(
         "connect_failed",
-        "failed to connect to any network address",
-        r"failed to connect to any network address of \((?P<host>[^,]+), (?P<port>\d+)\)"
-        r"(?:.*?\(errno: (?P<errno>\d+) - (?P<err>[^)]+)\))?",
+        ("failed to connect to any network address", "Error: Connection refused",
+         "Error: No route to host", "client socket has failed to connect to ["),
+        r"(?:failed to connect to any network address of \((?P<host>[^,]+), (?P<port>\d+)\)"
+        r"(?:.*?\(errno: (?P<errno>\d+) - (?P<err>[^)]+)\))?"
+        # torch <= 1.x TCPStore client: "RuntimeError: Connection refused"
+        r"|^(?:\w+\.)*(?:RuntimeError|DistNetworkError): (?P<err2>Connection refused"
+        r"|No route to host)$"
+        # One attempt (socket.cpp, retried) that took the OS connect timeout or found no route:
+        # the master is unreachable, unlike errno 111/99 printed while it starts (connect_retry).
+        r"|client socket has failed to connect to \[(?P<host2>[^\]]+)\]:(?P<port2>\d+) "
+        r"\((?:errno|system error): (?P<errno2>101|110|113) - (?P<err3>[^)]+)\))",
         port=int,
         errno=int,
+        port2=int,
+        errno2=int,
     ),
     _p(
         "connect_retry",
-        "is listening yet",
-        r"No socket on \((?P<host>[^,]+), (?P<port>\d+)\) is listening yet",
+        ("is listening yet", "client socket has failed to connect to ["),
+        r"(?:No socket on \((?P<host>[^,]+), (?P<port>\d+)\) is listening yet"
+        # One attempt of many (retried until the timeout; errno 99 on "localhost" is printed by
+        # healthy jobs too): "The client socket has failed to connect to [node0]:29500 (errno:
+        # 110 - Connection timed out)." The terminal error is M13 / M16.
+        r"|client socket has failed to connect to \[(?P<host2>[^\]]+)\]:(?P<port2>\d+) "
+        r"\((?:errno|system error): (?!(?:101|110|113) )(?P<errno>\d+) - (?P<err>[^)]+)\))",
         port=int,
+        port2=int,
+        errno=int,
     ),
     _p(
         "rdzv_connection_error",
@@ -134,20 +179,43 @@ PATTERNS: tuple[Pattern, ...] = (
     # M11: "Timed out after 601 seconds waiting for clients. 1/4 clients joined."
     _p(
         "store_clients_timeout",
-        "waiting for clients",
-        r"Timed out after (?P<s>\d+) seconds waiting for clients\. "
-        r"(?P<joined>\d+)/(?P<world>\d+) clients joined",
+        ("waiting for clients", "Timed out initializing process group in store based barrier"),
+        r"(?:Timed out after (?P<s>\d+) seconds waiting for clients\. "
+        r"(?P<joined>\d+)/(?P<world>\d+) clients joined"
+        # distributed_c10d._store_based_barrier (1.8+): the same count, other words.
+        r"|Timed out initializing process group in store based barrier on rank:? (?P<rank>\d+), "
+        r"for key: (?P<key>\S+) \(world_size=(?P<world2>\d+), (?:worker_count|num_workers_joined)="
+        r"(?P<joined2>\d+), timeout=(?P<timeout>[^)\s]+))",
         s=int,
         joined=int,
         world=int,
+        rank=int,
+    ),
+    # The barrier's progress line, every 10 s (INFO, or WARNING in 1.8): who has not joined yet.
+    # worker_count > world_size means another job (or a restart) counts on the same store key.
+    _p(
+        "store_barrier_wait",
+        "Waiting in store based barrier to initialize process",
+        r"Waiting in store based barrier to initialize process ?group for (?:[\d.]+ seconds)?"
+        r"rank: (?P<rank>\d+), key: (?P<key>\S+) \(world_size=(?P<world>\d+), "
+        r"(?:worker_count|num_workers_joined)=(?P<joined>\d+), timeout=(?P<timeout>[^)\s]+)",
+        rank=int,
+        world=int,
+        joined=int,
     ),
     # M12: "wait timeout after 600000ms, keys: /default_pg/0//cuda//0"
     _p(
         "store_wait_timeout",
-        ("wait timeout after", "Socket Timeout"),
+        ("wait timeout after", "Socket Timeout", "waitForInput: socket"),
         r"(?:wait timeout after (?P<ms>\d+)ms, keys: (?P<keys>.+?)\.?$"
-        r"|DistStoreError: Socket Timeout)",
+        r"|DistStoreError: Socket Timeout"
+        # 2.3+, a store read that got no answer (W level, before the exception if any):
+        # "waitForInput: socket SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:
+        # 29500) timed out after 1800000ms"
+        r"|waitForInput: socket SocketImpl\(.*?remote=(?P<remote>[^)]*)\) timed out after "
+        r"(?P<ms2>\d+)ms)",
         ms=int,
+        ms2=int,
     ),
     # M10: "[Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 1800000 ms"
     _p(
@@ -192,8 +260,9 @@ PATTERNS: tuple[Pattern, ...] = (
     # M1
     _p(
         "watchdog_timeout",
-        "Watchdog caught collective operation timeout",
-        r"(?:\[Rank (?P<pgrank>\d+)\] )?Watchdog caught collective operation timeout: "
+        ("Watchdog caught collective operation timeout", "Caught collective operation timeout"),
+        # NCCL_BLOCKING_WAIT (<= 2.1) raises the same text from wait(): "Caught collective ...".
+        r"(?:\[Rank (?P<pgrank>\d+)\] )?(?:Watchdog caught|Caught) collective operation timeout: "
         r"WorkNCCL\((?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:, TensorShape=\[[^\]]*\])?"
         r"(?:, NumelIn=(?P<nin>\d+), NumelOut=(?P<nout>\d+))?, Timeout\(ms\)=(?P<timeout_ms>\d+)\) "
         r"ran for (?P<ran_ms>\d+) milliseconds",
@@ -214,13 +283,21 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?:ProcessGroupNCCL::WorkNCCL::checkTimeout\(|Exception raised from "
         r"(?P<where>ncclCommWatchdog|checkTimeout) at)",
     ),
+    # M4: the watchdog took the process down after a failed or timed-out NCCL op (printed after
+    # M1/M18, but sometimes the only line a fragment keeps).
+    _p(
+        "nccl_teardown",
+        "Some NCCL operations have failed or timed out",
+        r"Some NCCL operations have failed or timed out",
+    ),
     # M2
     _p(
         "watchdog_summary",
-        "detected by watchdog at work",
-        r"(?:failure|Exception \(either an error or timeout\)) detected by watchdog at work"
-        r"(?: sequence id)?: (?P<seq>\d+).*?last enqueued (?:NCCL )?work: (?P<enqueued>-?\d+), "
-        r"last completed (?:NCCL )?work: (?P<completed>-?\d+)",
+        ("detected by watchdog at work", "Timeout at NCCL work: "),
+        # 2.2-2.3: "[PG 0 Rank 3] Timeout at NCCL work: 1580, last enqueued NCCL work: 1582, ..."
+        r"(?:(?:failure|Exception \(either an error or timeout\)) detected by watchdog at work"
+        r"(?: sequence id)?|Timeout at NCCL work): (?P<seq>\d+).*?last enqueued (?:NCCL )?work: "
+        r"(?P<enqueued>-?\d+), last completed (?:NCCL )?work: (?P<completed>-?\d+)",
         seq=int,
         enqueued=int,
         completed=int,
@@ -253,9 +330,35 @@ PATTERNS: tuple[Pattern, ...] = (
     # watchdog got stuck for 600 seconds without making progress ..." (all).
     _p(
         "watchdog_hang",
-        ("Heartbeat monitor timed out", "watchdog got stuck for"),
-        r"(?:Heartbeat monitor timed out!|watchdog got stuck for (?P<seconds>\d+) seconds)",
+        ("Heartbeat monitor timed out", "watchdog got stuck for",
+         "due to ProcessGroupNCCL watchdog hang"),
+        r"(?:Heartbeat monitor timed out!|watchdog got stuck for (?P<seconds>\d+) seconds"
+        r"|Terminating the process after attempting to dump debug info, due to ProcessGroupNCCL "
+        r"watchdog hang)",
         seconds=int,
+    ),
+    # M6: a rank timed out and asked every rank to dump Flight Recorder traces: "Received a dump
+    # signal due to a collective timeout from this local rank" / "from  rank 3" (2.5+), "Received
+    # a global timeout from another rank and will start to dump the debug info." (2.2-2.4).
+    _p(
+        "dump_signal",
+        ("Received a dump signal due to a collective timeout", "Received a global timeout from"),
+        r"(?:Received a dump signal due to a collective timeout from (?:(?P<local>this local rank)"
+        r"| +rank (?P<src>-?\d+))|Received a global timeout from another rank)"
+        r"(?:.*?[Ll]ast enqueued NCCL work: (?P<enqueued>-?\d+), last completed NCCL work: "
+        r"(?P<completed>-?\d+))?",
+        src=int,
+        enqueued=int,
+        completed=int,
+    ),
+    # The watchdog's periodic INFO (TORCH_CPP_LOG_LEVEL=INFO): how far this rank's PG got.
+    _p(
+        "watchdog_progress",
+        "NCCL Work update periodically",
+        r"NCCL Work update periodically: last enqueued NCCL work: (?P<enqueued>-?\d+), last "
+        r"completed NCCL work: (?P<completed>-?\d+)",
+        enqueued=int,
+        completed=int,
     ),
     _p(
         "desync_never_joined",
@@ -265,24 +368,43 @@ PATTERNS: tuple[Pattern, ...] = (
     # Gloo: the peer is alive but absent.
     _p(
         "gloo_timeout",
-        "for recv operation to complete",
-        r"Timed out waiting (?P<ms>\d+)ms for (?P<op>recv|send) operation to complete",
+        ("operation to complete", "Application timeout caused pair closure"),
+        r"(?:Timed out waiting (?P<ms>\d+)ms for (?P<op>recv|send) operation to complete"
+        # The pair is closed on timeout; later ops on it raise this.
+        r"|Application timeout caused pair closure)",
         ms=int,
+    ),
+    # Gloo: the peer sent more (or fewer) bytes than this rank expects: the ranks run different
+    # collectives or shapes. "[enforce fail at ../third_party/gloo/gloo/transport/tcp/pair.cc:446]
+    # op.preamble.length <= op.nbytes. 8 vs 4"
+    _p(
+        "gloo_size_mismatch",
+        "op.preamble.length <= op.nbytes",
+        r"op\.preamble\.length <= op\.nbytes\. (?P<got>\d+) vs (?P<want>\d+)",
+        got=int,
+        want=int,
     ),
     # Gloo's full-mesh connect at init gave up (M21): "Gloo connectFullMesh failed with [...]
     # timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:21926$1", and its
     # debug logger's last try "failed to connect, willRetry=0, ..." (willRetry=1 is transient).
     _p(
         "gloo_connect_failure",
-        ("connectFullMesh failed", "failed to connect, willRetry=0"),
-        r"(?:Gloo connectFullMesh failed with|failed to connect, willRetry=0)"
+        ("connectFullMesh failed", "failed to connect, willRetry=0", "] connect ["),
+        # Older Gloo: "[../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect
+        # [127.0.1.1]:27389: Connection refused" (often a hostname resolving to loopback).
+        r"(?:Gloo connectFullMesh failed with|failed to connect, willRetry=0"
+        r"|pair\.cc:\d+\] connect \[(?P<addr2>[^\]]+)\]:(?P<port2>\d+): (?P<why2>.+))"
         r"(?:.*?(?P<why>Connection refused|Connect timeout|timed out connecting|No route to host"
         r"|Connection reset by peer))?(?:.*?remote=\[(?P<addr>[^\]]+)\]:(?P<port>\d+))?",
         port=int,
+        port2=int,
     ),
     # An init method in a file (FileStore), as printed by scripts or their argument dumps:
     # "| distributed init (rank 1): file:///nfs/job/dist_init", "--dist-url file:///…".
-    _p("init_file_url", "file://", r"file://(?P<path>/[^\s'\",;)\]}]+)"),
+    # Scripts that create the store file themselves say so when it is left from a run before
+    # (epfml/powersgd: "File already exists: output.tmp/dist_init").
+    _p("init_file_url", ("file://", "File already exists: "),
+       r"(?:file://(?P<path>/[^\s'\",;)\]}]+)|^File already exists: (?P<path2>\S+)$)"),
     # Work one rank does on its own, naming itself: "Running predictions on sample x on rank=0",
     # "[rank 0] Saving checkpoint to ...", "Evaluating on rank 0". Only telling when it is the
     # last thing a log shows before a collective timeout (COLL010).
@@ -305,10 +427,18 @@ PATTERNS: tuple[Pattern, ...] = (
             "Failed to recv, got 0 bytes",
             "Connection reset by peer",
             "remote process exited or there was a network error",
+            "sendBytes failed on",
+            'Failed to check the "should dump" flag',
+            "Error: Broken pipe",
         ),
         r"(?:Connection closed by (?:remote )?peer\s*\[?(?P<peer>[^\]\s]*)\]?(?::(?P<port>\d+))?"
         r"|Failed to recv, got 0 bytes|Connection reset by peer"
-        r"|remote process exited or there was a network error)",
+        r"|remote process exited or there was a network error"
+        # The store's host (rank 0's agent or process) went away: writes fail, the dump check
+        # fails ("maybe TCPStore server has shut down too early").
+        r"|sendBytes failed on SocketImpl\(.*?remote=\[?(?P<peer2>[^\]\s)]*)"
+        r"|Failed to check the \"should dump\" flag on TCPStore"
+        r"|^(?:\w+\.)*(?:RuntimeError|DistNetworkError): Broken pipe$)",
     ),
     # --- crashes ------------------------------------------------------------------------------
     _p("traceback", "Traceback (most recent call last)", r"^Traceback \(most recent call last\):"),
@@ -317,18 +447,34 @@ PATTERNS: tuple[Pattern, ...] = (
         "worker_failed",
         "local_rank:",
         r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) "
-        r"\(pid: (?P<pid>\d+)\) of binary",
+        r"\(pid: (?P<pid>\d+)\) of (?:binary|fn)",
         exitcode=int,
         local_rank=int,
         pid=int,
     ),
     _p(
         "closing_signal",
-        ("closing signal", "via signal"),
-        r"(?:Sending process (?P<pid>\d+) closing signal|Closing process (?P<pid2>\d+) via signal) "
-        r"(?P<signal>SIG\w+)",
+        ("closing signal", "via signal", "forcefully exiting via"),
+        r"(?:Sending process (?P<pid>\d+) closing signal|Closing process (?P<pid2>\d+) via signal"
+        # torch.multiprocessing (spawn) tearing the other children down after one failed
+        r"|Terminating process (?P<pid3>\d+) via signal) (?P<signal>SIG\w+)"
+        # both, escalating: "Unable to shutdown process 5 via SIGTERM, forcefully exiting via
+        # SIGKILL" (torchelastic prints the Signals enum: "via Signals.SIGTERM, ...")
+        r"|Unable to shutdown process (?P<pid4>\d+) via \S+ ?, forcefully exiting via "
+        r"(?:Signals\.)?(?P<signal2>SIG\w+)",
         pid=int,
         pid2=int,
+        pid3=int,
+        pid4=int,
+    ),
+    # torchelastic restarting: "[default] Worker group FAILED. 3/3 attempts left; will restart
+    # worker group" (the workers' own failures are reported elsewhere).
+    _p(
+        "worker_group_failed",
+        "Worker group FAILED",
+        r"\[(?P<role>[^\]]+)\] Worker group FAILED\. (?P<left>\d+)/(?P<max>\d+) attempts left",
+        left=int,
+        max=int,
     ),
     # torchelastic's agent got a signal (≤2.3: its number; newer: "Signals.SIGHUP").
     _p(
@@ -362,17 +508,43 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "oom",
         ("out of memory'", "CUDA out of memory", "OutOfMemoryError",
-         "Out of memory: Killed process", "oom-kill"),
+         "Out of memory: Killed process", "oom-kill", "killed due to memory pressure (OOM)",
+         "exceeds the memory usage threshold", "Memory on the node (IP: "),
         r"(?:(?P<cuda>CUDA out of memory)(?:\. Tried to allocate (?P<tried>[\d.]+ [KMGT]i?B))?"
-        r"|(?P<host>Out of memory: Killed process (?P<pid>\d+))|OutOfMemoryError|'out of memory')",
+        r"|(?P<host>Out of memory: Killed process (?P<pid>\d+))|OutOfMemoryError|'out of memory'"
+        # Ray's memory monitor: "(raylet) 1 Workers (tasks / actors) killed due to memory
+        # pressure (OOM), ..." / "Memory on the node (IP: 10.0.0.1, ...) ... was 28.50GB /
+        # 30.00GB (0.95), which exceeds the memory usage threshold of 0.95."
+        r"|(?P<ray>killed due to memory pressure \(OOM\))"
+        r"|Memory on the node \(IP: (?P<ip>[^,)]+)[^)]*\) where the (?:task|actor)"
+        r"|which exceeds the memory usage threshold)",
     ),
     # --- DDP ----------------------------------------------------------------------------------
     _p(
         "unused_parameters",
-        ("Expected to have finished reduction", "did not receive grad for rank"),
+        ("Expected to have finished reduction", "did not receive grad for rank",
+         "parameters that were not used in producing the loss"),
         r"(?:Expected to have finished reduction in the prior iteration"
-        r"|Parameters? which did not receive grad for rank (?P<rank>\d+): (?P<params>.+))",
+        r"|Parameter(?:s| indices)? which did not receive grad for rank (?P<rank>\d+): "
+        r"(?P<params>.+)"
+        # Lightning's rewording: "It looks like your LightningModule has parameters that were not
+        # used in producing the loss returned by training_step."
+        r"|has parameters that were not used in producing the loss)",
         rank=int,
+    ),
+    # DDP's construction check: the ranks built different models.
+    _p(
+        "ddp_model_mismatch",
+        ("DDP expects same model across all ranks", "appears not to match sizes of the same param"),
+        r"(?:DDP expects same model across all ranks, but Rank (?P<r1>\d+) has (?P<n1>\d+) params, "
+        r"while rank (?P<r2>\d+) has inconsistent (?P<n2>\d+) params"
+        r"|appears not to match sizes of the same param in process (?P<r3>\d+))",
+        alias={"r3": "r2"},
+        r1=int,
+        r2=int,
+        n1=int,
+        n2=int,
+        r3=int,
     ),
     # --- NCCL ---------------------------------------------------------------------------------
     # NCCL §2: identity. "NCCL version 2.21.5+cuda12.4" (INFO on every rank from 2.22).
@@ -386,10 +558,14 @@ PATTERNS: tuple[Pattern, ...] = (
     # NCCL §3.4: "Mismatched NCCL version detected : rank 3 version 22304 rank 0 version 22703"
     _p(
         "nccl_version_mismatch",
-        ("Mismatched NCCL version", "NCCL version mismatch"),
+        ("Mismatched NCCL version", "NCCL version mismatch", "NCCL library is",
+         "NCCL library version is too old", "too old version of NCCL"),
         r"(?:Mismatched NCCL version detected : rank (?P<r1>\d+) version (?P<v1>\d+) rank "
         r"(?P<r2>\d+) version (?P<v2>\d+)|NCCL version mismatch with remote peer (?P<peer>\S+) "
-        r"\(local: (?P<local>[\d.]+), remote (?P<remote>[\d.]+)\))",
+        r"\(local: (?P<local>[^,]+), remote (?P<remote>[^)]+)\)"
+        # 2.28+ device API: the application was built against another NCCL than it runs with.
+        r"|NCCL library (?:is not backwards compatible|is too old|version is too old)"
+        r"|compiled with too old version of NCCL)",
         r1=int,
         r2=int,
     ),
@@ -404,14 +580,34 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "nccl_connect_failure",
         ("exceeded retries", "exceeded error retry count", "exceeded timeouts", "failed : ",
-         "wrong magic", "wrong type", "Proxy Call to rank", "Failed to execute operation"),
+         "wrong magic", "wrong type", "Proxy Call to rank", "Failed to execute operation",
+         "PollConnect: Connect to ", "after sleep for", ", retrying ("),
         r"(?:(?P<fn>\w+): (?:connect (?:to (?P<addr>\S+) )?returned (?P<err>.+?), "
-        r"exceeded error retry count|exceeded (?:retries|timeouts) \((?P<n>\d+)\))"
+        r"(?:exceeded error retry count|retrying \((?P<try>\d+)/(?P=try)\))"
+        r"|exceeded (?:retries|timeouts) \((?P<n>\d+)\))"
+        # 2.20-2.23, poll path: "socketPollConnect: Connect to 10.0.0.2<43211> returned
+        # 113(No route to host) errno 115(Operation now in progress)"
+        r"|(?P<fn3>\w+PollConnect): Connect to (?P<addr3>\S+) returned (?P<code>\d+)"
+        r"\((?P<err3>[^)]*)\)"
         r"|(?:(?P<fn2>socket\w*Connect|ncclOsSocket\w*Connect): |Net : )?[Cc]onnect to "
         r"(?P<addr2>\S+) failed : (?P<err2>.+)"
         r"|socketFinalizeAccept(?: from \S+)?: wrong (?P<what>magic|type)"
         r"|Proxy Call to rank (?P<prank>\d+) failed|\[Proxy Service \d+\] Failed to execute "
         r"operation (?P<op>\w+) from rank (?P<frank>\d+))",
+        alias={"fn3": "fn", "addr3": "addr", "err3": "err"},
+        code=int,
+    ),
+    # One connect attempt of many (INFO): transient unless the log ends there. The last attempt
+    # ("retrying (34/34)") is nccl_connect_failure above. 2.4-2.15: "Call to connect returned
+    # Connection refused, retrying"; 2.24+: "socketPollConnect: connect [to 10.0.0.2<43211>]
+    # returned No route to host, retrying (3/34) after sleep for 300 msec".
+    _p(
+        "nccl_connect_retry",
+        ("Call to connect returned", ", retrying ("),
+        r"(?:Call to connect returned (?P<err>.+?), retrying"
+        r"|(?P<fn>\w+): connect (?:to (?P<addr>\S+) )?returned (?P<err2>.+?), retrying "
+        r"\((?P<try>\d+)/(?!(?P=try)\))(?P<max>\d+)\))",
+        max=int,
     ),
     # Backend and tensor device disagree: NCCL with CPU tensors, Gloo with CUDA ones.
     _p(
@@ -429,7 +625,7 @@ PATTERNS: tuple[Pattern, ...] = (
         ("no socket interface found", "no interface found", "No usable listening interface",
          "nor AF_INET6", "Unable to find address for"),
         r"(?:Bootstrap ?: no socket interface found|NET/Socket : no interface found"
-        r"|No usable listening interface found|neither AF_INET\(2\) nor AF_INET6\(10\)"
+        r"|No usable listening interface found|neither AF_INET\(\d+\) nor AF_INET6\(\d+\)"
         r"|Unable to find address for: (?P<ifname>\S+))",
     ),
     _p(
@@ -458,9 +654,9 @@ PATTERNS: tuple[Pattern, ...] = (
          "posix_fallocate failed"),
         r"(?:Error: failed to extend (?P<path>\S+) to (?P<bytes>\d+) bytes(?:, error: (?P<err>.+?) "
         r"\((?P<errno>\d+)\))?"
-        r"|Error while (?P<op>creating|attaching to) shared memory segment (?P<path2>\S+) "
+        r"|Error while (?P<op>[\w ]+?) shared memory segment (?P<path2>\S+) "
         r"\(size (?P<size>\d+)\)(?:, error: (?P<err2>.+?) \((?P<errno2>\d+)\))?"
-        r"|Error: Could not map (?P<path3>\S+)|failed to create shared memory file"
+        r"|(?:Error: )?Could not map (?P<path3>\S+)|failed to create shared memory file"
         r"|insufficient shared memory|[Uu]nable to allocate shared memory"
         r"|unable to (?:write to|open shared memory object) .*?/dev/shm.*"
         r"|Call to posix_fallocate failed : (?P<err3>.+))",
@@ -473,9 +669,11 @@ PATTERNS: tuple[Pattern, ...] = (
         ("Call to recv from", "Call to send to", "Got completion", "async fatal event",
          "Got async event", "Socket recv failed"),
         r"(?:Call to (?:recv from|send to) (?P<peer>\S+) failed : (?P<err>.+)"
+        r"|Call to (?:recv|send) failed : (?P<err2>.+)"
         r"|Got completion (?:from peer (?P<peer2>\S+) )?with (?:error (?P<status>\d+)"
-        r"|status=(?:(?P<stname>IBV_WC_\w+)\()?(?P<status2>\d+))"
-        r"|async (?:fatal )?event ?: (?P<event>.+)|Got async event : (?P<event2>.+)"
+        r"|status=(?:(?P<stname>\w+)\()?(?P<status2>\d+))"
+        r"|async (?:fatal )?event(?: on \w+[^:]*)? ?: (?P<event>.+)"
+        r"|Got async event : (?P<event2>.+)"
         r"|Socket recv failed)",
         status=int,
         status2=int,
@@ -485,12 +683,30 @@ PATTERNS: tuple[Pattern, ...] = (
     # 1048576 bytes instead of 65536."
     _p(
         "nccl_message_truncated",
-        ("message truncated", "posted incorrect receive info"),
-        r"(?:peer (?P<peer>\S+) message truncated : receiving (?P<got>\d+) bytes instead of "
-        r"(?P<want>\d+)|peer (?P<peer2>\S+) posted incorrect receive info: size (?P<size>\d+))",
+        ("message truncated", "posted incorrect receive info", "collective mismatch error",
+         "Message truncated : received"),
+        r"(?:(?:peer (?P<peer>\S+) )?message truncated : receiving (?P<got>\d+) bytes instead of "
+        r"(?P<want>\d+)|peer (?P<peer2>\S+) posted incorrect receive info: size (?P<size>\d+)"
+        # NET/IB (2.3-2.19): "... collective mismatch error, local size 1048576 remote size 524288"
+        r"|(?:peer (?P<peer3>\S+) )?collective mismatch error,? local size (?P<want2>\d+),? remote "
+        r"(?:size )?(?P<got2>\d+)"
+        # bootstrap (all versions): "Message truncated : received 4096 bytes instead of 2048"
+        r"|Message truncated : received (?P<got3>\d+)(?:,\d+)? bytes instead of (?P<want3>\d+))",
         got=int,
         want=int,
         size=int,
+        got2=int,
+        want2=int,
+        got3=int,
+        want3=int,
+    ),
+    # NCCL 2.4-2.7's own hang hint: "Your program may be hanging, this may be caused by a
+    # collective mismatch around rank 3. Please check your collective calls at and around ..."
+    _p(
+        "nccl_collective_mismatch",
+        "may be caused by a collective mismatch around rank",
+        r"may be caused by a collective mismatch around rank (?P<rank>\d+)",
+        rank=int,
     ),
     # NCCL §3.3: ranks disagree about the communicator at bootstrap (world size, roots): every
     # rank then hangs in init. "Bootstrap Root : mismatch in rank count from procs 4 : 8".
@@ -510,9 +726,14 @@ PATTERNS: tuple[Pattern, ...] = (
     # NCCL §3.7: "Cuda failure 700 'an illegal memory access was encountered'".
     _p(
         "cuda_failure",
-        "Cuda failure ",
-        r"Cuda failure (?:(?P<code>\d+) )?'(?P<err>[^']*)'",
+        ("Cuda failure ", "CUDA IPC handle"),
+        r"(?:Cuda failure (?:(?P<code>\d+) )?'(?P<err>[^']*)'"
+        # P2P transport (2.3-2.7): "failed to open CUDA IPC handle : 217 peer access is not
+        # supported between these two devices", "rank 1 failed to get CUDA IPC handle to ..."
+        r"|failed to (?:open|get) CUDA IPC handle(?: to device \S+)? : (?P<code2>\d+) "
+        r"(?P<err2>.+))",
         code=int,
+        code2=int,
     ),
     _p(
         "nccl_error",
@@ -521,6 +742,29 @@ PATTERNS: tuple[Pattern, ...] = (
         r"NCCL version (?P<version>[\w.]+)",
     ),
 )
+
+#: Kinds that only add context: a line they match is still an unread NCCL WARN.
+_CONTEXT_KINDS = frozenset({"rank_local_work", "init_file_url", "run_start"})
+
+
+@dataclass(frozen=True)
+class Fallback(Pattern):
+    """Matches only where none of ``known`` does: one line is never two events."""
+
+    known: tuple[Pattern, ...] = ()
+
+    def match(self, body: str) -> dict[str, Any] | None:
+        for p in self.known:
+            if any(n in body for n in p.needles) and p.regex.search(body):
+                return None
+        return super().match(body)
+
+
+# Any other NCCL WARN (NCCL has ~1000 WARN formats across 2.3-2.30: docs/messages.md): a failure
+# NCCL reported that no specific pattern reads.
+PATTERNS = (*PATTERNS, Fallback(
+    "nccl_warn", ("NCCL WARN ",), re.compile(r"NCCL WARN (?P<msg>\S.*)"),
+    known=tuple(p for p in PATTERNS if p.kind not in _CONTEXT_KINDS)))
 
 #: Literal needles of every pattern, for the vectorised pre-filter.
 NEEDLES: tuple[str, ...] = tuple(sorted({n for p in PATTERNS for n in p.needles}))
@@ -614,6 +858,17 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "nccl_message_truncated": {"failure"},
     "nccl_bootstrap_mismatch": {"failure"},
     "cuda_failure": {"failure"},
+    "listen_failed": {"failure"},
+    "store_barrier_wait": {"info"},
+    "dump_signal": {"failure"},
+    "watchdog_progress": {"info"},
+    "gloo_size_mismatch": {"failure"},
+    "worker_group_failed": {"failure"},
+    "ddp_model_mismatch": {"failure"},
+    "nccl_connect_retry": {"info"},
+    "nccl_collective_mismatch": {"failure"},
+    "nccl_warn": {"failure"},
+    "nccl_teardown": {"failure"},
     "last_line": {"info"},
     "init_file_url": {"info"},
     "traceback": {"info"},
