@@ -66,8 +66,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from itertools import accumulate, compress, islice
-from operator import itemgetter, ne
+from itertools import accumulate, chain, compress, islice, repeat
+from operator import add, itemgetter, ne
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -285,28 +285,115 @@ def read_dump(data: bytes, source: str, *, rank: int | None = None, host: str | 
     """Read one dump. Never raises for bad input: problems end up in ``status`` / ``error``.
 
     ``rank`` / ``host`` override what the file name says (e.g. from a bundle manifest);
-    ``mtime`` is the file's modification time, taken as the time of the dump.
+    ``mtime`` is the file's modification time, taken as the time of the dump. Many dumps are
+    read faster by a :class:`DumpReader`.
     """
-    name_rank, name_host = dump_identity(source)
-    dump = FRDump(source=source, rank=rank if rank is not None else name_rank,
-                  host=host or name_host, format="unknown", status="ok", bytes=len(data),
-                  dumped_at=datetime.fromtimestamp(mtime, timezone.utc) if mtime else None)
-    gc_was_on = gc.isenabled()
-    gc.disable()  # unpickling builds many containers and no cycles: skip the collector's passes
-    try:
-        obj = _decode(data, dump)
-        _fill(dump, obj)
-    except FRDumpError as err:
+    with DumpReader() as reader:
+        return reader.add(data, source, rank=rank, host=host, mtime=mtime)
+
+
+#: A reader tabulates the entries of the dumps it holds once they reach this many (2,000-entry
+#: dumps: 8 at a time); the fixed cost of each polars call is then paid once per batch.
+BATCH_ENTRIES = 16_384
+
+
+class DumpReader:
+    """Reads dumps one at a time and tabulates their entries a batch at a time: one frame for
+    several dumps, each dump's ``entries`` a zero-copy slice of it. Python works on each dump
+    as it is read, while its objects are fresh in the CPU cache, and frees them; polars builds
+    each column once per batch. Per-dump results are those of :func:`read_dump`; a batch that
+    fails as a whole is redone dump by dump.
+
+    A dump returned by :meth:`add` has its ``entries`` once its batch is built: at the latest
+    on :meth:`flush` or when the ``with`` block ends.
+
+    >>> blob = pickle.dumps({"version": "2.10", "entries": [{"collective_seq_id": 1}]})
+    >>> with DumpReader() as reader:
+    ...     dumps = [reader.add(blob, f"fr/nccl_trace_rank_{r}") for r in range(3)]
+    >>> [(d.rank, d.entries.height) for d in dumps]
+    [(0, 1), (1, 1), (2, 1)]
+    """
+
+    def __init__(self, batch_entries: int = BATCH_ENTRIES) -> None:
+        self.batch_entries = batch_entries
+        self._pending: list[tuple[FRDump, dict[str, _Runs], int]] = []
+        self._rows = 0
+
+    def __enter__(self) -> DumpReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.flush()
+
+    def add(self, data: bytes, source: str, *, rank: int | None = None,
+            host: str | None = None, mtime: float | None = None) -> FRDump:
+        """Read one dump (see :func:`read_dump`); its entries follow with its batch."""
+        name_rank, name_host = dump_identity(source)
+        dump = FRDump(source=source, rank=rank if rank is not None else name_rank,
+                      host=host or name_host, format="unknown", status="ok", bytes=len(data),
+                      dumped_at=datetime.fromtimestamp(mtime, timezone.utc) if mtime else None)
+        gc_was_on = gc.isenabled()
+        gc.disable()  # unpickling builds many containers and no cycles: skip the collector
+        try:
+            runs, rows = _read_runs(dump, _decode(data, dump))
+        except Exception as err:  # any failure is the dump's status
+            _fail(dump, err)
+        else:
+            if rows:
+                self._pending.append((dump, runs, rows))
+                self._rows += rows
+                if self._rows >= self.batch_entries:
+                    self.flush()
+        finally:
+            if gc_was_on:
+                gc.enable()
+        return dump
+
+    def flush(self) -> None:
+        """Build the frame of the dumps waiting for their batch."""
+        pending, self._pending, self._rows = self._pending, [], 0
+        if pending:
+            _tabulate(pending)
+
+
+def _read_runs(dump: FRDump, obj: Any) -> tuple[dict[str, _Runs], int]:
+    """The runs of an unpickled dump's columns (:func:`_dump_runs`) and its number of entries;
+    sets its version fields, skipped entries and groups."""
+    entries, top = _unpack(dump, obj)
+    runs = _dump_runs(entries, dump) if entries else {}
+    dump.groups = _group_rows(top, dump)
+    return runs, len(entries)
+
+
+def _fail(dump: FRDump, err: BaseException) -> None:
+    """Record why a dump is unusable (the messages :func:`read_dump` has always given)."""
+    if isinstance(err, FRDumpError):
         dump.status, dump.error = err.status, str(err)
-    except RecursionError:
+        return
+    if isinstance(err, RecursionError):
         dump.status, dump.error = "corrupt", "nested too deeply to be a Flight Recorder dump"
-    except Exception as err:  # a value no column can hold, e.g. text with lone surrogates
+    else:  # a value no column can hold, e.g. text with lone surrogates
         dump.status, dump.error = "corrupt", f"unreadable content ({type(err).__name__}: {err})"
-        dump.entries, dump.groups = _EMPTY_ENTRIES.clone(), []
-    finally:
-        if gc_was_on:
-            gc.enable()
-    return dump
+    dump.entries, dump.groups = _EMPTY_ENTRIES.clone(), []
+
+
+def _tabulate(pending: list[tuple[FRDump, dict[str, _Runs], int]]) -> None:
+    """Each dump's entries, sliced from one frame for all; else (a value no column can hold)
+    dump by dump, so that only the dump that holds it fails."""
+    try:
+        frame = _entries_frame([d for d, _, _ in pending], [r for _, r, _ in pending],
+                               [n for _, _, n in pending])
+    except Exception as err:  # any failure is the dump's status
+        if len(pending) == 1:
+            _fail(pending[0][0], err)
+        else:
+            for one in pending:
+                _tabulate([one])
+        return
+    offset = 0
+    for dump, _, rows in pending:
+        dump.entries = frame.slice(offset, rows)
+        offset += rows
 
 
 def _decode(data: bytes, dump: FRDump) -> Any:
@@ -335,7 +422,9 @@ def _decode(data: bytes, dump: FRDump) -> Any:
     raise FRDumpError("not_a_dump", "neither a pickle nor a JSON object")
 
 
-def _fill(dump: FRDump, obj: Any) -> None:
+def _unpack(dump: FRDump, obj: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The entries (dicts only) and top-level dict of an unpickled dump; version fields and the
+    count of skipped entries go to ``dump``."""
     if isinstance(obj, list):  # before the format was versioned: a bare list of entries
         if not any(isinstance(e, dict) and ("collective_seq_id" in e or "profiling_name" in e)
                    for e in obj[:16]):
@@ -358,8 +447,14 @@ def _fill(dump: FRDump, obj: Any) -> None:
     entries = raw_entries if set(map(type, raw_entries)) <= {dict} else \
         [e for e in raw_entries if isinstance(e, dict)]
     dump.skipped_entries = len(raw_entries) - len(entries)
-    dump.entries = _entries_frame(entries, dump)
-    dump.groups = _group_rows(top, dump)
+    return entries, top
+
+
+def _fill(dump: FRDump, obj: Any) -> None:
+    """Read an unpickled dump into ``dump`` on its own (benchmarks time this step)."""
+    runs, rows = _read_runs(dump, obj)
+    if rows:
+        _tabulate([(dump, runs, rows)])
 
 
 def _int(v: Any) -> int | None:
@@ -492,7 +587,7 @@ def _columns(entries: Sequence[dict[str, Any]]) -> dict[str, Sequence[Any] | Non
 #: Columns of one value, by (dtype, value): a dump's constant column is a zero-copy slice of
 #: one of these, so dumps share one buffer instead of each allocating (and page-faulting) its own.
 _REPEATS: dict[tuple[Any, Any], pl.Series] = {}
-_REPEAT_ROWS = 8192
+_REPEAT_ROWS = 32_768
 
 
 def _repeat(name: str, one: pl.Series, n: int) -> pl.Series:
@@ -500,9 +595,9 @@ def _repeat(name: str, one: pl.Series, n: int) -> pl.Series:
     key = (one.dtype, one[0])  # a str, int, float, bool or None: hashable
     s = _REPEATS.get(key)
     if s is None or s.len() < n:
-        if n > _REPEAT_ROWS:  # bounded: at most 128 x 8,192 rows are kept
+        if n > _REPEAT_ROWS:  # bounded: at most 64 x 32,768 rows are kept
             return one.new_from_index(0, n).alias(name)
-        if len(_REPEATS) >= 128:
+        if len(_REPEATS) >= 64:
             _REPEATS.clear()
         s = _REPEATS[key] = one.new_from_index(0, _REPEAT_ROWS)
     return s.slice(0, n).alias(name)
@@ -516,51 +611,78 @@ def _one_value(values: Sequence[Any], n: int) -> bool:
     return bool(values[0] == values[-1]) and values.count(values[0]) == n
 
 
-def _series(name: str, values: Sequence[Any] | None, dtype: Any, n: int) -> pl.Series:
-    """A typed column; values of another type become null (checked in Rust, fast path). A
-    column of one value is built from that value (equal values are treated alike)."""
+#: A dump's column: its values per run of equal neighbours and where the runs are (``change``:
+#: None for one run, True when every value is its own run, else True where a run starts).
+_Runs = tuple[Sequence[Any], Any]
+
+
+def _runs(values: Sequence[Any] | None, n: int) -> _Runs:
+    """The first value of each run of equal neighbours and where the runs start (see
+    :data:`_Runs`). Consecutive entries mostly repeat their group, operation, shapes and
+    stack, so per-entry work becomes per-run work (equal values are treated alike)."""
     if values is None:
-        return _repeat(name, pl.Series(name, [None], dtype), n)
-    one = _one_value(values, n)
-    if one:
-        values = values[:1]
+        return [None], None
+    if _one_value(values, n):
+        return [values[0]], None
+    change = [True, *map(ne, islice(values, 1, None), values)]
+    firsts = list(compress(values, change))
+    if len(firsts) == 1:
+        return firsts, None
+    return firsts, True if len(firsts) == n else change
+
+
+def _scalars(values: Sequence[Any] | None, n: int) -> _Runs:
+    """A column of scalars: one run when all values are equal, else every value its own."""
+    if values is None:
+        return [None], None
+    return (values[:1], None) if _one_value(values, n) else (values, True)
+
+
+def _typed(name: str, values: Sequence[Any], dtype: Any) -> pl.Series:
+    """A typed column of values as unpickled; values of another type become null (checked in
+    Rust, fast path)."""
     clean = {pl.Int64: _int, pl.String: _str, pl.Boolean: _bool, pl.Float64: _float}[dtype]
     # polars recurses into containers even for a scalar dtype, and a crafted pickle can make a
     # container hold itself (a crash, not an exception): containers never reach polars.
     if not _SCALAR_TYPES.issuperset(map(type, values)):
         values = [clean(v) for v in values]
     try:
-        s = pl.Series(name, values, dtype=dtype, strict=True)
+        return pl.Series(name, values, dtype=dtype, strict=True)
     except Exception:  # a value of the wrong type somewhere: clean value by value
-        s = pl.Series(name, [clean(v) for v in values], dtype=dtype)
-    return _repeat(name, s, n) if one else s
+        return pl.Series(name, [clean(v) for v in values], dtype=dtype)
 
 
-def _runs(values: Sequence[Any] | None, n: int) -> tuple[list[Any], pl.Series | int | None]:
-    """The first value of each run of equal neighbours, and where each value's run is: a run
-    number per value, ``n`` when there is one run, None when every value starts a run.
-    Consecutive entries mostly repeat their group, operation, shapes and stack, so per-entry
-    work becomes per-run work (equal values are treated alike)."""
-    if values is None:
-        return [None], n
-    if _one_value(values, n):
-        return [values[0]], n
-    change = [True, *map(ne, islice(values, 1, None), values)]
-    firsts = list(compress(values, change))
-    if len(firsts) == 1:
-        return firsts, n
-    if len(firsts) == n:
-        return firsts, None
-    return firsts, pl.Series(list(accumulate(change)), dtype=pl.UInt32) - 1
+def _plain(name: str, values: Sequence[Any], dtype: Any) -> pl.Series:
+    """A column of values already parsed (str, int or None)."""
+    return pl.Series(name, values, dtype)
 
 
-def _expand(name: str, per_run: Sequence[Any], dtype: Any,
-            idx: pl.Series | int | None) -> pl.Series:
-    """A column from one value per run (see :func:`_runs`)."""
-    s = pl.Series(name, per_run, dtype)
-    if idx is None:
+def _column(name: str, dtype: Any, runs: list[_Runs], lengths: list[int], n: int,
+            build: Any) -> pl.Series:
+    """One column of a batch from each dump's runs: a shared constant when every dump holds
+    the same single value (of the same type), else one series of the values per run, spread
+    over the rows by index."""
+    if all(change is None for _, change in runs):
+        firsts = [values[0] for values, _ in runs]
+        first = firsts[0]
+        if len(firsts) == 1 or (firsts.count(first) == len(firsts)
+                                and set(map(type, firsts)) == {type(first)}):
+            return _repeat(name, build(name, firsts[:1], dtype), n)
+    per_run = runs[0][0] if len(runs) == 1 else list(chain.from_iterable(v for v, _ in runs))
+    s = build(name, per_run, dtype)
+    if all(change is True for _, change in runs):
         return s
-    return _repeat(name, s, idx) if isinstance(idx, int) else s[idx]
+    where: list[Any] = []
+    base = 0
+    for (values, change), rows in zip(runs, lengths, strict=True):
+        if change is None:
+            where.append(repeat(base, rows))
+        elif change is True:
+            where.append(range(base, base + rows))
+        else:  # the first value of a dump starts its first run
+            where.append(map(add, accumulate(change), repeat(base - 1)))
+        base += len(values)
+    return s[pl.Series(list(chain.from_iterable(where)), dtype=pl.UInt32)]
 
 
 def _cached(fn: Any, cache: dict[Any, Any], key: Any, value: Any) -> Any:
@@ -602,65 +724,98 @@ def _sites_per_run(frames: list[Any]) -> list[tuple[Any, ...]]:
     return [_site(f, cache) for f in frames]
 
 
-def _entries_frame(entries: Sequence[dict[str, Any]], dump: FRDump) -> pl.DataFrame:
-    """The entries as ``collectives`` rows, column by column: types are checked by polars, and
-    Python parses each run of equal profiling names, shapes and stacks once (2,000 entries:
-    ~2 ms)."""
-    if not entries:
-        return _EMPTY_ENTRIES.clone()
+#: Columns taken as unpickled (typed by polars): name → (entry key, dtype).
+_RAW = {"record_id": ("record_id", pl.Int64), "pg_id": ("pg_id", pl.Int64),
+        "collective_seq_id": ("collective_seq_id", pl.Int64),
+        "p2p_seq_id": ("p2p_seq_id", pl.Int64), "op_id": ("op_id", pl.Int64),
+        "is_p2p": ("is_p2p", pl.Boolean), "state": ("state", pl.String),
+        "retired": ("retired", pl.Boolean), "time_created": ("time_created_ns", pl.Int64),
+        "time_started": ("time_discovered_started_ns", pl.Int64),
+        "time_completed": ("time_discovered_completed_ns", pl.Int64),
+        "duration_ms": ("duration_ms", pl.Float64), "timeout_ms": ("timeout_ms", pl.Int64),
+        "thread_name": ("thread_name", pl.String)}
+
+
+def _dump_runs(entries: Sequence[dict[str, Any]], dump: FRDump) -> dict[str, _Runs]:
+    """A dump's entries as runs per output column (sets ``dump._pg_names``). The Python work
+    is per run of equal neighbours; per entry there are only C loops (transposing, comparing
+    neighbours, counting)."""
     n = len(entries)
     c = _columns(entries)
-    cols: list[pl.Series] = [
-        pl.Series("source", [dump.source], pl.String).new_from_index(0, n),
-        pl.Series("rank", [dump.rank], pl.Int64).new_from_index(0, n),
-        _repeat("host", pl.Series("host", [dump.host], pl.String), n),
-        _series("record_id", c["record_id"], pl.Int64, n),
-        _series("pg_id", c["pg_id"], pl.Int64, n),
-    ]
+    out = {name: _scalars(c[key], n) for name, (key, _) in _RAW.items()}
     ids, pgs = c["pg_id"] or [None] * n, c["process_group"] or [None] * n
     if _one_value(ids, n) and _one_value(pgs, n):
-        groups, idx = [(ids[0], pgs[0])], n
+        groups: Sequence[Any] = [(ids[0], pgs[0])]
+        change = None
     else:
-        groups, idx = _runs(list(zip(ids, pgs, strict=True)), n)
+        groups, change = _runs(list(zip(ids, pgs, strict=True)), n)
     pg_name, pg_desc = zip(*[_pg_pair(p) for _, p in groups], strict=True)
-    cols += [_expand("pg_name", pg_name, pl.String, idx),
-             _expand("pg_desc", pg_desc, pl.String, idx)]
+    out["pg_name"], out["pg_desc"] = (pg_name, change), (pg_desc, change)
     dump._pg_names = {(i, name, desc) for (i, _), name, desc in zip(groups, pg_name, pg_desc,
                                                                   strict=True)
                       if type(i) is int and _int(i) is not None}
-    cols += [_series(k, c[k], pl.Int64, n) for k in ("collective_seq_id", "p2p_seq_id", "op_id")]
-    names, idx = _runs(c["profiling_name"], n)
+    names, change = _runs(c["profiling_name"], n)
     names = [v if type(v) is str else None for v in names]
     cache: dict[Any, Any] = {}
     backend, op, peer = zip(*[_cached(_profiling, cache, v, v) for v in names], strict=True)
-    op_col = _expand("op", op, pl.String, idx)
-    p2p = _series("is_p2p", c["is_p2p"], pl.Boolean, n)
-    if p2p.null_count():
-        p2p = p2p.fill_null(op_col.is_in(list(_P2P_OPS)).fill_null(False))
-    cols += [p2p, _expand("backend", backend, pl.String, idx), op_col,
-             _expand("peer", peer, pl.Int64, idx), _expand("profiling_name", names, pl.String, idx)]
+    out.update(backend=(backend, change), op=(op, change), peer=(peer, change),
+               profiling_name=(names, change))
     for k in ("input", "output"):
-        sizes, idx = _runs(c[f"{k}_sizes"], n)
-        cols.append(_expand(f"{k}_sizes", _sizes_per_run(sizes), pl.String, idx))
-        dtypes, idx = _runs(c[f"{k}_dtypes"], n)
-        cols.append(_expand(f"{k}_dtypes", list(map(_dtypes, dtypes)), pl.String, idx))
-    cols += [_series("state", c["state"], pl.String, n),
-             _series("retired", c["retired"], pl.Boolean, n)]
-    for name, key in zip(_NS_COLUMNS, _NS_KEYS, strict=True):
-        ns = _series(name, c[key], pl.Int64, n)
+        sizes, change = _runs(c[f"{k}_sizes"], n)
+        out[f"{k}_sizes"] = (_sizes_per_run(sizes), change)
+        dtypes, change = _runs(c[f"{k}_dtypes"], n)
+        out[f"{k}_dtypes"] = (list(map(_dtypes, dtypes)), change)
+    stacks, change = _runs(c["frames"], n)
+    for name, values in zip(("api", "site_func", "site_file", "site_line"),
+                            zip(*_sites_per_run(stacks), strict=True), strict=True):
+        out[name] = (values, change)
+    return out
+
+
+def _entries_frame(dumps: list[FRDump], runs: list[dict[str, _Runs]],
+                   lengths: list[int]) -> pl.DataFrame:
+    """The entries of one or more dumps as ``collectives`` rows, in order, from each dump's
+    runs (:func:`_dump_runs`): polars builds each column once for all the dumps, so its fixed
+    cost per call (~0.1 ms) is paid per batch."""
+    n = sum(lengths)
+    if not n:
+        return _EMPTY_ENTRIES.clone()
+    cols = dict(zip(("source", "rank", "host"), _identity_columns(dumps, lengths),
+                    strict=True))
+    for name, dtype in COLLECTIVES_SCHEMA.items():
+        if name in cols:
+            continue
+        raw = _RAW.get(name)
+        col_type = pl.Int64 if name in _NS_COLUMNS else dtype
+        cols[name] = _column(name, col_type, [r[name] for r in runs], lengths, n,
+                             _typed if raw else _plain)
+    for name in _NS_COLUMNS:
+        ns = cols[name]
         low = ns.min()
         if low is not None and low <= 0:  # type: ignore[operator]
             ns = ns.set(ns <= 0, None)  # 0 (JSON) and None (pickle) both mean "not yet"
-        cols.append(ns.cast(pl.Datetime("ns", "UTC")))
-    cols += [_series("duration_ms", c["duration_ms"], pl.Float64, n),
-             _series("timeout_ms", c["timeout_ms"], pl.Int64, n),
-             _series("thread_name", c["thread_name"], pl.String, n)]
-    stacks, idx = _runs(c["frames"], n)
-    for name, dtype, values in zip(("api", "site_func", "site_file", "site_line"),
-                                   (pl.String, pl.String, pl.String, pl.Int64),
-                                   zip(*_sites_per_run(stacks), strict=True), strict=True):
-        cols.append(_expand(name, values, dtype, idx))
-    return pl.DataFrame(cols)
+        cols[name] = ns.cast(pl.Datetime("ns", "UTC"))
+    p2p = cols["is_p2p"]
+    if p2p.null_count():
+        cols["is_p2p"] = p2p.fill_null(cols["op"].is_in(list(_P2P_OPS)).fill_null(False))
+    return pl.DataFrame(list(cols.values()))
+
+
+def _identity_columns(dumps: list[FRDump], lengths: list[int]) -> list[pl.Series]:
+    """``source``, ``rank`` and ``host``: one value per dump, repeated over its entries."""
+    if len(dumps) == 1:
+        (d,), (n,) = dumps, lengths
+        return [pl.Series("source", [d.source], pl.String).new_from_index(0, n),
+                pl.Series("rank", [d.rank], pl.Int64).new_from_index(0, n),
+                _repeat("host", pl.Series("host", [d.host], pl.String), n)]
+    which = pl.Series("i", list(chain.from_iterable(map(repeat, range(len(dumps)), lengths))),
+                      pl.UInt32)
+    hosts = [d.host for d in dumps]
+    return [pl.Series("source", [d.source for d in dumps], pl.String)[which],
+            pl.Series("rank", [d.rank for d in dumps], pl.Int64)[which],
+            _repeat("host", pl.Series("host", hosts[:1], pl.String), len(which))
+            if hosts.count(hosts[0]) == len(hosts)
+            else pl.Series("host", hosts, pl.String)[which]]
 
 
 _INTS = re.compile(r"-?\d+")

@@ -40,6 +40,7 @@ import polars as pl
 from ddp_autopsy.analyzer.flight_recorder import (
     COLLECTIVES_SCHEMA,
     MAX_DUMP_BYTES,
+    DumpReader,
     FRDump,
     dump_identity,
     read_dump,
@@ -62,8 +63,9 @@ class DumpFile:
     host: str | None = None
 
 
-def read_file(f: DumpFile) -> FRDump:
-    """Read one dump from disk; an unreadable file is a dump with that status."""
+def read_file(f: DumpFile, reader: DumpReader | None = None) -> FRDump:
+    """Read one dump from disk; an unreadable file is a dump with that status. With a
+    ``reader``, its entries follow with the reader's batch (see :class:`DumpReader`)."""
     try:
         with open(f.path, "rb") as fh:
             st = os.fstat(fh.fileno())
@@ -73,7 +75,9 @@ def read_file(f: DumpFile) -> FRDump:
         rank, host = dump_identity(f.source)
         return FRDump(source=f.source, rank=rank, host=f.host or host, format="unknown",
                       status="corrupt", error=f"cannot read: {err}")
-    return read_dump(data, f.source, host=f.host, mtime=st.st_mtime)
+    if reader is None:
+        return read_dump(data, f.source, host=f.host, mtime=st.st_mtime)
+    return reader.add(data, f.source, host=f.host, mtime=st.st_mtime)
 
 
 def read_paths(paths: Sequence[str]) -> list[FRDump]:
@@ -110,7 +114,8 @@ def read_files(files: Sequence[DumpFile], *, helper: bool | None = None,
                 sizes.append(0)
         helper = helper_wanted(files, sizes)
     if not helper or len(files) < 2:
-        return [read_file(f) for f in files]
+        with DumpReader() as reader:
+            return [read_file(f, reader) for f in files]
     workdir = Path(tempfile.mkdtemp(prefix="ddp-autopsy-fr-"))
     try:
         return _read_with_helper(files, workdir, command)
@@ -135,12 +140,13 @@ def _read_with_helper(files: Sequence[DumpFile], workdir: Path,
             proc = None
         i = 0
         try:
-            while i < n:
-                struct.pack_into("<q", claims, 0, i + 1)  # publish, then look at the other end
-                if proc is not None and i >= _CLAIMS.unpack_from(claims)[1]:
-                    break
-                out[i] = read_file(files[i])
-                i += 1
+            with DumpReader() as reader:
+                while i < n:
+                    struct.pack_into("<q", claims, 0, i + 1)  # publish, then look at the end
+                    if proc is not None and i >= _CLAIMS.unpack_from(claims)[1]:
+                        break
+                    out[i] = read_file(files[i], reader)
+                    i += 1
             if proc is not None:
                 helped = _collect(proc, workdir, n)
                 for k, dump in helped.items():
@@ -151,7 +157,8 @@ def _read_with_helper(files: Sequence[DumpFile], workdir: Path,
                 proc.kill()
                 proc.wait()
     # Whatever the helper claimed and did not deliver (it failed): read here.
-    return [d if d is not None else read_file(files[k]) for k, d in enumerate(out)]
+    with DumpReader() as reader:
+        return [d if d is not None else read_file(files[k], reader) for k, d in enumerate(out)]
 
 
 def _collect(proc: subprocess.Popen[bytes], workdir: Path, n: int) -> dict[int, FRDump]:
@@ -210,7 +217,8 @@ def helper_main(workdir: Path) -> int:
     """Read dumps from the back of the shared list until the caller's front reaches them."""
     files = [DumpFile(*row) for row in json.loads((workdir / "files.json").read_text())]
     done: list[tuple[int, FRDump]] = []
-    with open(workdir / "claims", "r+b") as fh, mmap.mmap(fh.fileno(), _CLAIMS.size) as claims:
+    with open(workdir / "claims", "r+b") as fh, mmap.mmap(fh.fileno(), _CLAIMS.size) as claims, \
+            DumpReader() as reader:
         hi = len(files)
         while True:
             front = _CLAIMS.unpack_from(claims)[0]
@@ -219,7 +227,7 @@ def helper_main(workdir: Path) -> int:
                 break
             struct.pack_into("<q", claims, 8, low)
             for k in range(hi - 1, low - 1, -1):
-                done.append((k, read_file(files[k])))
+                done.append((k, read_file(files[k], reader)))
             hi = low
     parts = [d.entries for _, d in done if d.entries.height]
     if parts:
