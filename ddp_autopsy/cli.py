@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 import click
 
 from ddp_autopsy import __version__
-from ddp_autopsy.collectors.command import collect_command
 
 if TYPE_CHECKING:
     from ddp_autopsy.analyzer.sources import InputNote
@@ -273,4 +272,33 @@ def demo(out: Path, html_path: Path) -> None:
     click.echo(f"\nHTML post-mortem: {html_path}   (the job's own logs: {out})")
 
 
-main.add_command(collect_command, "collect")
+class _LazyCommand(click.Command):
+    """A subcommand imported only when it runs or shows its own help: ``--help`` lists it from
+    the first line of its help, given here (the collectors import polars;
+    tests/test_startup.py keeps the two in step)."""
+
+    def __init__(self, name: str, target: str, help_line: str) -> None:
+        super().__init__(name, help=help_line, add_help_option=False)
+        self.target = target
+
+    def load(self) -> click.Command:
+        from importlib import import_module
+
+        module, attr = self.target.split(":")
+        return getattr(import_module(module), attr)
+
+    def make_context(self, info_name, args, parent=None, **extra):  # type: ignore[override]
+        return self.load().make_context(info_name, args, parent=parent, **extra)
+
+
+main.add_command(_LazyCommand(
+    "collect", "ddp_autopsy.collectors.command:collect_command",
+    "Snapshot a hung or crashing distributed job on this host into a bundle directory."))
+main.add_command(_LazyCommand("watch", "ddp_autopsy.watch.command:watch_command", "Watch a running job on this node; on a hang or a crash, collect, analyze, report."))  # noqa: E501
+main.add_command(_LazyCommand("run", "ddp_autopsy.watch.command:run_command", "Launch a job under watch: ddp-autopsy run [OPTIONS] -- torchrun ... train.py"))  # noqa: E501
+main.add_command(_LazyCommand(
+    "serve", "ddp_autopsy.server.command:serve_command",
+    "Run the post-mortem service: upload bundles and logs, browse incidents and groups."))
+main.add_command(_LazyCommand(
+    "upload", "ddp_autopsy.server.command:upload_command",
+    "Upload bundles (directories are tarred on the fly), tarballs or logs to a server."))
