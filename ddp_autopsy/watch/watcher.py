@@ -119,9 +119,8 @@ class Watcher:
                 ended = self._tick()
                 if ended is not None:
                     return ended
-                if self.opts.once and self.hangs:
-                    self._finish_kill()
-                    return 1
+                if self.opts.once and self.hangs and self.kill_at is None and not self.killed:
+                    return self._after_once()
                 self.stop.wait(self.opts.tick)
             self.event("stopped", "interrupted; stopped watching")
             return 130
@@ -355,7 +354,10 @@ class Watcher:
 
         t0 = time.monotonic()
         try:
-            analysis = run(load(paths))
+            # bundles of the same processes (two watchers of one job on one host, or a bundle
+            # collected twice) are folded into one set of processes
+            job, repeated = snapshots.merge_repeated(load(paths))
+            analysis = run(job)
             buf = io.StringIO()
             text.render(analysis, out=buf, color=self.opts.color)
             report_dir.mkdir(parents=True, exist_ok=True)
@@ -364,8 +366,8 @@ class Watcher:
         except Exception as exc:
             self.event("analyze_failed", f"analysis failed: {type(exc).__name__}: {exc}")
             return
-        moves: list[snapshots.Movement] = []
-        if bundle is not None:
+        moves: list[snapshots.Movement] = repeated
+        if bundle is not None and not moves:
             for _path, tree in iter_inputs([bundle], []):
                 man = json.loads(tree.read_bytes(layout.MANIFEST) or b"{}")
                 moves = snapshots.movement(snapshots.read_tree(tree, man))
@@ -379,8 +381,8 @@ class Watcher:
                    cause=v.cause if v else None, ranks=v.ranks if v else [],
                    summary=v.summary if v else None, seconds=time.monotonic() - t0,
                    report=str(report_dir / "report.json"),
-                   moved=[m.rank for m in moves if m.moved],
-                   still=[m.rank for m in moves if not m.moved])
+                   moved=[m.rank for m in moves if m.moved and m.rank is not None],
+                   still=[m.rank for m in moves if not m.moved and m.rank is not None])
 
     def _hook(self, bundle: Path, reason: str) -> None:
         if not self.opts.on_hang:
@@ -412,11 +414,15 @@ class Watcher:
             self._signal([self.job.launcher_pid, *self.workers], signal.SIGKILL)
             self._wait_gone(5)
 
-    def _finish_kill(self) -> None:
-        if self.kill_at is not None:
-            delay = max(0.0, self.kill_at - time.monotonic())
-            if not self.stop.wait(delay):
-                self._kill()
+    def _after_once(self) -> int:
+        """--once: stop watching. ``run`` still waits for its job (and returns its code)."""
+        self.event("stopped", "stopped watching after the first hang (--once)")
+        if self.child is None:
+            return 1
+        while self.child.poll() is None:
+            if self.stop.wait(0.5):
+                return 130
+        return self._exit_code(self.child.returncode)
 
     def _signal(self, pids: list[int], sig: signal.Signals) -> None:
         for pid in pids:

@@ -31,14 +31,14 @@ def hang_start(rank: int) -> None:
 
 
 class Shard(torch.utils.data.Dataset):
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
+    def __init__(self, rank: int, stall: bool) -> None:
+        self.rank, self.stall = rank, stall
 
     def __len__(self) -> int:
         return 1000
 
     def __getitem__(self, index: int) -> torch.Tensor:
-        if self.rank == 1 and index == STALL_AT:
+        if self.stall and self.rank == 1 and index == STALL_AT:
             hang_start(self.rank)
             while True:  # a read from a dead network filesystem
                 time.sleep(0.5)
@@ -55,7 +55,8 @@ def train(rank: int, world: int, mode: str, quiet_s: float) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world,
                             timeout=timedelta(seconds=600))
     other = dist.new_group(list(range(world))) if mode == "deadlock" else None
-    loader = torch.utils.data.DataLoader(Shard(rank), batch_size=1, num_workers=0)
+    loader = torch.utils.data.DataLoader(Shard(rank, mode == "dataloader"), batch_size=1,
+                                         num_workers=0)
     for step, batch in enumerate(loader):
         time.sleep(0.2)  # compute
         if step == STALL_AT:
@@ -64,9 +65,12 @@ def train(rank: int, world: int, mode: str, quiet_s: float) -> None:
                 dist.barrier()
             elif mode == "deadlock":
                 hang_start(rank)
-                first, second = (None, other) if rank == 0 else (other, None)
-                dist.all_reduce(batch.clone(), group=first)
-                dist.all_reduce(batch.clone(), group=second)
+                if rank == 0:  # the world group first, then the other one
+                    dist.all_reduce(batch.clone())
+                    dist.all_reduce(batch.clone(), group=other)
+                else:  # the other way round: each waits for the other forever
+                    dist.all_reduce(batch.clone(), group=other)
+                    dist.all_reduce(batch.clone())
             elif mode == "crash" and rank == 1:
                 raise RuntimeError("CUDA error: an illegal memory access was encountered "
                                    "(simulated on rank 1)")
