@@ -110,6 +110,13 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("store_wait_timeout", "[rank1]:[W516 14:34:56.854597329 socket.cpp:489] [c10d] waitForInput: "
      "socket SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) timed out after "
      "1800000ms", {"ms": 1800000, "remote": "[localhost]:29500"}),
+    ("store_wait_timeout", "[rank3]: torch.distributed.DistBackendError: [3] is setting up NCCL "
+     "communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but "
+     "store->get('0') got error: wait timeout after 600000ms", {"rank": 3, "root": 0, "keys": "0"}),
+    ("cpp_terminate", "terminate called after throwing an instance of 'c10::DistBackendError'",
+     {"type": "c10::DistBackendError"}),
+    ("cuda_failure", "RuntimeError: CUDA error: an illegal memory access was encountered",
+     {"err": "an illegal memory access was encountered"}),
     ("nccl_teardown", "[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out. "
      "Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
      "corrupted/incomplete data.", {}),
@@ -121,6 +128,13 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("store_barrier_wait", "INFO:torch.distributed.distributed_c10d:Waiting in store based barrier "
      "to initialize process group for rank: 0, key: store_based_barrier_key:1 (world_size=2, "
      "worker_count=4, timeout=0:30:00)", {"rank": 0, "world": 2, "joined": 4}),
+    ("watchdog_timeout", "RuntimeError: Work WorkNCCL(SeqNum=44, OpType=ALLGATHER, "
+     "Timeout(ms)=600000) timed out in call to wait().",
+     {"seq": 44, "op": "ALLGATHER", "timeout_ms": 600000}),  # NCCL_BLOCKING_WAIT=1
+    ("unused_parameters", "Parameter indices which did not receive grad: 197 198",
+     {"params": "197 198"}),
+    ("worker_group_failed", "[2021-05-21 23:18:16,220] api: [default] Worker group FAILED. 3/3 "
+     "attempts left; will restart worker group", {"left": 3}),
     ("watchdog_summary", "[rank3]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 3] Timeout at NCCL "
      "work: 2081, last enqueued NCCL work: 2081, last completed NCCL work: 2080.",
      {"seq": 2081, "enqueued": 2081, "completed": 2080}),  # 2.2-2.3

@@ -206,8 +206,16 @@ PATTERNS: tuple[Pattern, ...] = (
     # M12: "wait timeout after 600000ms, keys: /default_pg/0//cuda//0"
     _p(
         "store_wait_timeout",
-        ("wait timeout after", "Socket Timeout", "waitForInput: socket"),
-        r"(?:wait timeout after (?P<ms>\d+)ms, keys: (?P<keys>.+?)\.?$"
+        ("wait timeout after", "Socket Timeout", "waitForInput: socket",
+         "retrieving ncclUniqueId from"),
+        # 2.0+: a rank waiting for the NCCL id rank 0 publishes when it creates the communicator:
+        # "[3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d
+        # key-value store by key '0', but store->get('0') got error: wait timeout after 600000ms"
+        # (or Socket Timeout, Connection reset by peer: rank 0 or its store went away).
+        r"(?:\[(?P<rank>\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from "
+        r"\[(?P<root>\d+)\] via c10d key-value store(?: by key '(?P<keys2>[^']*)')?"
+        r"(?:, but store->get\('[^']*'\) got error: (?P<err>.+?)(?:\. This may indicate|$))?"
+        r"|wait timeout after (?P<ms>\d+)ms(?:, keys: (?P<keys>.+?)\.?$)?"
         r"|DistStoreError: Socket Timeout"
         # 2.3+, a store read that got no answer (W level, before the exception if any):
         # "waitForInput: socket SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:
@@ -216,6 +224,8 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?P<ms2>\d+)ms)",
         ms=int,
         ms2=int,
+        rank=int,
+        root=int,
     ),
     # M10: "[Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 1800000 ms"
     _p(
@@ -260,13 +270,18 @@ PATTERNS: tuple[Pattern, ...] = (
     # M1
     _p(
         "watchdog_timeout",
-        ("Watchdog caught collective operation timeout", "Caught collective operation timeout"),
-        # NCCL_BLOCKING_WAIT (<= 2.1) raises the same text from wait(): "Caught collective ...".
-        r"(?:\[Rank (?P<pgrank>\d+)\] )?(?:Watchdog caught|Caught) collective operation timeout: "
+        ("Watchdog caught collective operation timeout", "timed out in call to wait()"),
+        r"(?:(?:\[Rank (?P<pgrank>\d+)\] )?Watchdog caught collective operation timeout: "
         r"WorkNCCL\((?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:, TensorShape=\[[^\]]*\])?"
         r"(?:, NumelIn=(?P<nin>\d+), NumelOut=(?P<nout>\d+))?, Timeout\(ms\)=(?P<timeout_ms>\d+)\) "
-        r"ran for (?P<ran_ms>\d+) milliseconds",
+        r"ran for (?P<ran_ms>\d+) milliseconds"
+        # NCCL_BLOCKING_WAIT=1 (1.8+): wait() raises "Work WorkNCCL(SeqNum=5, OpType=ALLREDUCE,
+        # ..., Timeout(ms)=60000) timed out in call to wait()."
+        r"|Work WorkNCCL\((?:SeqNum=(?P<seq2>\d+), )?OpType=(?P<op2>\w+)[^)]*?"
+        r"Timeout\(ms\)=(?P<timeout_ms2>\d+)\) timed out in call to wait\(\))",
         pgrank=int,
+        seq2=int,
+        timeout_ms2=int,
         seq=int,
         nin=int,
         nout=int,
@@ -472,7 +487,8 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "worker_group_failed",
         "Worker group FAILED",
-        r"\[(?P<role>[^\]]+)\] Worker group FAILED\. (?P<left>\d+)/(?P<max>\d+) attempts left",
+        r"(?:\[(?P<role>[^\]]+)\] )?Worker group FAILED\. (?P<left>\d+)/(?P<max>\d+) attempts "
+        r"left",
         left=int,
         max=int,
     ),
@@ -495,6 +511,13 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|\*\*\* (?P<what>JOB|STEP) (?P<id>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
         r"(?: DUE TO (?P<reason>[A-Z][A-Z ]*[A-Z]))?)",
         signum=int,
+    ),
+    # A C++ exception nobody caught (the watchdog's, or any c10::Error): the process aborts
+    # (SIGABRT, exit code -6); the ``what():`` line after it holds the message.
+    _p(
+        "cpp_terminate",
+        "terminate called after throwing an instance of",
+        r"terminate called after throwing an instance of '(?P<type>[^']+)'",
     ),
     # torch.multiprocessing.spawn
     _p(
@@ -523,9 +546,10 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "unused_parameters",
         ("Expected to have finished reduction", "did not receive grad for rank",
+         "which did not receive grad: ",
          "parameters that were not used in producing the loss"),
         r"(?:Expected to have finished reduction in the prior iteration"
-        r"|Parameter(?:s| indices)? which did not receive grad for rank (?P<rank>\d+): "
+        r"|Parameter(?:s| indices)? which did not receive grad(?: for rank (?P<rank>\d+))?: "
         r"(?P<params>.+)"
         # Lightning's rewording: "It looks like your LightningModule has parameters that were not
         # used in producing the loss returned by training_step."
@@ -726,8 +750,10 @@ PATTERNS: tuple[Pattern, ...] = (
     # NCCL §3.7: "Cuda failure 700 'an illegal memory access was encountered'".
     _p(
         "cuda_failure",
-        ("Cuda failure ", "CUDA IPC handle"),
+        ("Cuda failure ", "CUDA IPC handle", "CUDA error: "),
         r"(?:Cuda failure (?:(?P<code>\d+) )?'(?P<err>[^']*)'"
+        # torch's C10_CUDA_CHECK: "CUDA error: an illegal memory access was encountered"
+        r"|CUDA error: (?P<err3>[^.\n]+)"
         # P2P transport (2.3-2.7): "failed to open CUDA IPC handle : 217 peer access is not
         # supported between these two devices", "rank 1 failed to get CUDA IPC handle to ..."
         r"|failed to (?:open|get) CUDA IPC handle(?: to device \S+)? : (?P<code2>\d+) "
@@ -869,6 +895,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "nccl_collective_mismatch": {"failure"},
     "nccl_warn": {"failure"},
     "nccl_teardown": {"failure"},
+    "cpp_terminate": {"failure"},
     "last_line": {"info"},
     "init_file_url": {"info"},
     "traceback": {"info"},
