@@ -113,6 +113,8 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("store_wait_timeout", "[rank3]: torch.distributed.DistBackendError: [3] is setting up NCCL "
      "communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but "
      "store->get('0') got error: wait timeout after 600000ms", {"rank": 3, "root": 0, "keys": "0"}),
+    ("nccl_comm_aborted", "RuntimeError: NCCL communicator was aborted on rank 2.  Original reason "
+     "for failure was: NCCL error: unhandled system error, NCCL version 2.10.3", {"rank": 2}),
     ("cpp_terminate", "terminate called after throwing an instance of 'c10::DistBackendError'",
      {"type": "c10::DistBackendError"}),
     ("cuda_failure", "RuntimeError: CUDA error: an illegal memory access was encountered",

@@ -83,9 +83,12 @@ PATTERNS: tuple[Pattern, ...] = (
     # before it is a retry (IPv6 off gives errno 97 on healthy hosts), so only this line counts.
     _p(
         "listen_failed",
-        "failed to listen on any local network address",
-        r"failed to listen on any local network address"
+        ("failed to listen on any local network address", "has failed to accept a connection"),
+        r"(?:failed to listen on any local network address"
         r"(?!.*(?:errno: 98|EADDRINUSE|[Aa]ddress already in use))"
+        # the store's server socket broke later: "... has failed to accept a connection (errno:
+        # 24 - Too many open files)."
+        r"|has failed to accept a connection)"
         r"(?:.*?(?:errno: |code: -)(?P<errno>\d+))?(?:.*?(?: - |message: )(?P<err>[^.)]+))?",
         errno=int,
     ),
@@ -143,7 +146,8 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "connect_failed",
         ("failed to connect to any network address", "Error: Connection refused",
-         "Error: No route to host", "client socket has failed to connect to ["),
+         "Error: No route to host", "client socket has failed to connect to [",
+         "has timed out, will retry"),
         r"(?:failed to connect to any network address of \((?P<host>[^,]+), (?P<port>\d+)\)"
         r"(?:.*?\(errno: (?P<errno>\d+) - (?P<err>[^)]+)\))?"
         # torch <= 1.x TCPStore client: "RuntimeError: Connection refused"
@@ -152,10 +156,15 @@ PATTERNS: tuple[Pattern, ...] = (
         # One attempt (socket.cpp, retried) that took the OS connect timeout or found no route:
         # the master is unreachable, unlike errno 111/99 printed while it starts (connect_retry).
         r"|client socket has failed to connect to \[(?P<host2>[^\]]+)\]:(?P<port2>\d+) "
-        r"\((?:errno|system error): (?P<errno2>101|110|113) - (?P<err3>[^)]+)\))",
+        r"\((?:errno|system error): (?P<errno2>101|110|113) - (?P<err3>[^)]+)\)"
+        # 2.4+ words the same timed-out attempt as "The server socket on [master-0]:29500 has
+        # timed out, will retry."
+        r"|The server socket on \[?(?P<host3>[^\s\]]+?)\]?:(?P<port3>\d+) has timed out, will "
+        r"retry)",
         port=int,
         errno=int,
         port2=int,
+        port3=int,
         errno2=int,
     ),
     _p(
@@ -357,14 +366,26 @@ PATTERNS: tuple[Pattern, ...] = (
     # a global timeout from another rank and will start to dump the debug info." (2.2-2.4).
     _p(
         "dump_signal",
-        ("Received a dump signal due to a collective timeout", "Received a global timeout from"),
+        ("Received a dump signal due to a collective timeout", "Received a global timeout from",
+         "Received a global dump signal from"),
         r"(?:Received a dump signal due to a collective timeout from (?:(?P<local>this local rank)"
-        r"| +rank (?P<src>-?\d+))|Received a global timeout from another rank)"
+        r"| +rank (?P<src>-?\d+))|Received a global timeout from another rank"
+        r"|Received a global dump signal from rank (?P<src2>-?\d+))"
         r"(?:.*?[Ll]ast enqueued NCCL work: (?P<enqueued>-?\d+), last completed NCCL work: "
         r"(?P<completed>-?\d+))?",
         src=int,
+        src2=int,
         enqueued=int,
         completed=int,
+    ),
+    # A collective on a communicator that an earlier failure aborted (the watchdog's, or an
+    # abort after another rank's): "NCCL communicator was aborted on rank 2.  Original reason
+    # for failure was: ..." (the reason, when given, is classified on its own).
+    _p(
+        "nccl_comm_aborted",
+        "NCCL communicator was aborted on rank",
+        r"NCCL communicator was aborted on rank (?P<rank>\d+)",
+        rank=int,
     ),
     # The watchdog's periodic INFO (TORCH_CPP_LOG_LEVEL=INFO): how far this rank's PG got.
     _p(
@@ -896,6 +917,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "nccl_warn": {"failure"},
     "nccl_teardown": {"failure"},
     "cpp_terminate": {"failure"},
+    "nccl_comm_aborted": {"failure", "lost_peer"},
     "last_line": {"info"},
     "init_file_url": {"info"},
     "traceback": {"info"},
