@@ -29,6 +29,11 @@ PORT_LINE = (
 )
 
 
+def _logged(job):
+    """The events of logged lines (not each writer's synthetic ``last_line``)."""
+    return job.events.filter(job.events["kind"] != "last_line")
+
+
 def _notes(job) -> str:
     return " | ".join(f"{n.path}: {n.message}" for n in job.notes)
 
@@ -68,7 +73,7 @@ def test_latin1_log_with_invalid_bytes_is_noted(tmp_path: Path) -> None:
     (tmp_path / "train.log").write_bytes(b"caf\xe9 \xe0 la gare\n" + PORT_LINE.encode())
     job = load([tmp_path])
     assert "invalid UTF-8" in _notes(job)
-    assert job.events.height == 1
+    assert _logged(job).height == 1
 
 
 def test_huge_single_line_is_read(tmp_path: Path) -> None:
@@ -78,7 +83,7 @@ def test_huge_single_line_is_read(tmp_path: Path) -> None:
         fh.write("\n" + PORT_LINE)
     job = load([big])
     assert run(job).verdict.cause == "port_in_use"
-    assert job.events["line"].to_list() == [2]
+    assert _logged(job)["line"].to_list() == [2]
 
 
 def test_truncated_gzip_keeps_what_was_read(tmp_path: Path) -> None:
@@ -202,14 +207,14 @@ def test_nul_filled_hole_is_dropped_not_taken_for_binary(tmp_path: Path) -> None
     (tmp_path / "train.log").write_bytes(b"\x00" * 200_000 + b"ok\n" + PORT_LINE.encode())
     job = load([tmp_path])
     assert "NUL bytes dropped" in _notes(job)
-    assert job.events["line"].to_list() == [2]
+    assert _logged(job)["line"].to_list() == [2]
 
 
 def test_nul_bytes_inside_lines(tmp_path: Path) -> None:
     (tmp_path / "train.log").write_bytes(b"a\x00b\n" + PORT_LINE.encode().replace(b"server", b"ser\x00ver"))
     job = load([tmp_path])
-    assert job.events["line"].to_list() == [2]
-    assert "\x00" not in job.events["text"][0]
+    assert _logged(job)["line"].to_list() == [2]
+    assert "\x00" not in _logged(job)["text"][0]
 
 
 def test_unreadable_file_is_noted(tmp_path: Path, monkeypatch) -> None:
@@ -261,7 +266,7 @@ def test_corrupt_zip_member_is_noted(tmp_path: Path) -> None:
 def test_utf16_log(tmp_path: Path) -> None:
     (tmp_path / "train.log").write_bytes(("héllo\n" + PORT_LINE).encode("utf-16"))
     job = load([tmp_path])
-    assert job.events["line"].to_list() == [2]
+    assert _logged(job)["line"].to_list() == [2]
 
 
 def test_over_long_line_is_cut_and_noted(tmp_path: Path, monkeypatch) -> None:
@@ -273,7 +278,7 @@ def test_over_long_line_is_cut_and_noted(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "big.log").write_text("x" * (1 << 16) + PORT_LINE.rstrip("\n") + "\n" + PORT_LINE)
     job = load([tmp_path])
     assert "was cut" in _notes(job)
-    assert job.events["line"].to_list() == [1, 2]
+    assert _logged(job)["line"].to_list() == [1, 2]
 
 
 LINES = st.sampled_from([
@@ -331,7 +336,7 @@ def test_progress_only_on_a_terminal(tmp_path: Path, monkeypatch, tty: bool, ena
     out = _Terminal() if tty else io.StringIO()
     with progress.reading(enabled, out):
         job = load([tmp_path])
-    assert job.events.height == 1000
+    assert _logged(job).height == 1000
     assert ("reading logs" in out.getvalue()) is shown
 
 
@@ -343,4 +348,5 @@ def test_needle_lookup_is_the_same_vectorised_or_not(monkeypatch) -> None:
     python = scan_text(io.BytesIO(data), FileContext("x.log", 2026), [])
     monkeypatch.setattr(events, "FOUND_VECTORISED", 0)
     assert scan_text(io.BytesIO(data), FileContext("x.log", 2026), []) == python
-    assert [r["kind"] for r in python] == ["port_in_use", "oom", "exception", "peer_closed"]
+    assert [r["kind"] for r in python] == ["port_in_use", "oom", "exception", "peer_closed",
+                                           "last_line"]

@@ -73,7 +73,7 @@ def test_stamps_read_from_lines() -> None:
     assert (pylog.ts, pylog.body) == (datetime(2024, 4, 10, 16, 2, 56, 193000),
                                       "Sending process 4797 closing signal SIGINT")
     iso = parse_line("2024-05-01T10:11:12.5Z | INFO | training started", 2024)
-    assert (iso.clock, iso.body) == (T.UTC, "INFO | training started")
+    assert (iso.clock, iso.level, iso.body) == (T.UTC, "I", "training started")
 
 
 def test_year_of_a_scanned_file_comes_from_its_modification_time() -> None:
@@ -81,7 +81,8 @@ def test_year_of_a_scanned_file_comes_from_its_modification_time() -> None:
             "collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, Timeout(ms)=600000) "
             "ran for 600081 milliseconds before timing out.\n")
     ctx = FileContext("train.log", 2026, ref_time=datetime(2026, 1, 1, 0, 5))
-    (row,) = scan_text(io.BytesIO(line.encode()), ctx, [])
+    row, last = scan_text(io.BytesIO(line.encode()), ctx, [])
+    assert (row["kind"], last["kind"], last["ts"]) == ("watchdog_timeout", "last_line", row["ts"])
     assert (row["ts"], row["clock"]) == (datetime(2025, 12, 31, 23, 59, 50), T.LOCAL_NOYEAR)
 
 

@@ -11,7 +11,16 @@ The bulk of a log never matches anything, so no Python code touches it:
    the catalog on the few survivors;
 3. only candidates reach Python: prefixes are parsed (``lines``) and the catalog
    (``patterns``) classifies them; small per-source state machines join multi-line messages
-   (Python tracebacks, torchelastic's failure summary).
+   (Python tracebacks, torchelastic's failure summary, a message hard-wrapped over up to
+   MAX_JOINED lines);
+4. each writer's last line (``last_line`` events: what a rank was last doing) is found in bulk
+   too: a regex names every line's writer prefixes (``lines.WriterKey``) and polars keeps the
+   last line of each name; only those are parsed.
+
+What a terminal leaves in a captured log is undone first: ANSI colours are stripped (in polars,
+only in blocks that hold an escape byte), CRLF endings dropped, and a physical line holding
+``\r``-redrawn progress bars and messages glued to them is read as its messages
+(``lines.segments``), each with its own prefixes, all under the physical line's number.
 
 Memory is bounded by the block size, whatever the input size. Each row keeps what its prefixes
 said about its writer (``stream``); ``attribution.resolve`` fills in ranks across rows and files.
@@ -42,7 +51,18 @@ import polars as pl
 from ddp_autopsy.analyzer import patterns as P
 from ddp_autopsy.analyzer import timestamps
 from ddp_autopsy.analyzer.layout import attribution_from_path
-from ddp_autopsy.analyzer.lines import NO_PREFIX, FilePrefix, LineInfo, detect_prefixes, parse_line
+from ddp_autopsy.analyzer.lines import (
+    ANSI,
+    NO_PREFIX,
+    FilePrefix,
+    LineInfo,
+    WriterKey,
+    block_writers,
+    detect,
+    is_progress,
+    parse_line,
+    segments,
+)
 from ddp_autopsy.analyzer.sources import READ_ERRORS, InputNote
 from ddp_autopsy.analyzer.timestamps import Reference
 
@@ -230,9 +250,26 @@ class ScanStats:
     candidates: int = 0
 
 
+#: A hard-wrapped message is joined over at most this many physical lines.
+MAX_JOINED = 3
+#: Per-block last lines of each writer are reduced to one per writer every this many blocks.
+TAIL_BATCH = 16
+
+
 @dataclass
 class _State:
     prefix: FilePrefix = NO_PREFIX
+    #: Per (stream, rank): the last non-blank line (line, text, its LineInfo).
+    last: dict[tuple[Any, Any], tuple[int, str, LineInfo]] = field(default_factory=dict)
+    #: Blocks' last lines per writer name (line, text, key), not yet parsed.
+    tails: list[pl.DataFrame] = field(default_factory=list)
+    #: The block being classified: its first line's number - 1 and its lines (continuations).
+    block_start: int = 0
+    block_text: pl.Series | None = None
+    #: Lines up to this one were read as the continuation of a hard-wrapped message.
+    joined_to: int = 0
+    #: Every such line (not a writer's last line of its own).
+    joined: set[int] = field(default_factory=set)
     tracebacks: dict[tuple[Any, Any], dict[str, Any]] = field(default_factory=dict)
     elastic_section: str | None = None
     elastic_entry: dict[str, Any] | None = None
@@ -244,6 +281,8 @@ class _State:
     #: Events beyond MAX_EVENTS_PER_KIND, per kind: counted, not kept.
     dropped: dict[str, int] = field(default_factory=dict)
     kept: dict[str, int] = field(default_factory=dict)
+    #: Needles whose every pattern's kind has its quota: lines holding only these are counted.
+    spent: frozenset[str] = frozenset()
     prune_at: int = 0
 
 
@@ -264,6 +303,24 @@ def _prune(events: list[dict[str, Any]], state: _State, start: int) -> None:
         else:
             dropped[k] = dropped.get(k, 0) + 1
     events[:] = out
+    full = {k for k, n in kept.items() if n >= MAX_EVENTS_PER_KIND}
+    state.spent = frozenset(n for n, ids in _BY_NEEDLE.items()
+                            if all(PATTERNS[i].kind in full for i in ids))
+
+
+#: Lines classified whatever their needles: traceback frames and exception lines.
+_UNSPENT = re.compile("|".join(map(re.escape, ('File "', *P.EXCEPTION_NEEDLES))))
+
+
+def _spent(found: frozenset[str], raw: str, state: _State) -> bool:
+    """Whether a candidate can only give events of kinds that have their quota: then it is
+    counted, not classified (10 GB of watchdog lines: the work per kind is bounded too)."""
+    if not found or not found <= state.spent or state.elastic_section is not None \
+            or _UNSPENT.search(raw):
+        return False
+    kind = "/".join(sorted({p.kind for p in _patterns_for(found)}))
+    state.dropped[kind] = state.dropped.get(kind, 0) + 1
+    return True
 
 
 def _looks_binary(head: bytes) -> bool:
@@ -373,6 +430,7 @@ class _Sifted:
     prefix: FilePrefix | None  # decided on a file's first block
     replaced: bool
     opens: bool = False  # a failure summary opens here: its context lines are in candidates
+    tails: pl.DataFrame | None = None  # the last line of each writer name: line, text, key
 
 
 #: polars decompresses bytes that start like gzip, zlib or zstd: a block of text that starts so
@@ -392,10 +450,38 @@ def _read_lines(block: bytes) -> tuple[pl.DataFrame, bool]:
                              row_index_name="line"), True
 
 
-def _sift(block: bytes, head: bool) -> _Sifted:
-    """Split a block into lines and keep the candidates (polars, off the GIL; few calls, as
-    each costs a fixed ~0.2 ms that thousands of small files add up)."""
+def _lines(block: bytes) -> tuple[pl.DataFrame, bool]:
+    """A block's lines (see :func:`_read_lines`), ANSI escapes and CRLF endings undone."""
     frame, replaced = _read_lines(block)
+    if b"\x1b" in block:
+        frame = frame.with_columns(pl.col("text").str.replace_all(ANSI, ""))
+    if b"\r" in block:
+        frame = frame.with_columns(pl.col("text").str.strip_chars_end("\r"))
+    return frame, replaced
+
+
+#: A file's prefixes are decided on its first lines, at most this many bytes of them.
+HEAD_BYTES = 1 << 19
+
+
+def _head(block: bytes) -> tuple[FilePrefix, WriterKey | None]:
+    """The prefixes and writer names of a file, from the first lines of its first block."""
+    cut = block.find(b"\n", HEAD_BYTES)
+    return detect(_lines(block if cut < 0 else block[: cut + 1])[0]["text"])
+
+
+def _sift(block: bytes, head: bool, known: FilePrefix | None = None,
+          writers: WriterKey | None = None) -> _Sifted:
+    """Split a block into lines and keep the candidates and each writer's last line (polars,
+    off the GIL; few calls, as each costs a fixed ~0.2 ms that thousands of small files add
+    up). The file's first lines decide its prefixes (``known``, found here when None) and how
+    to name its writers (``writers``), which a later block decides for itself if they did not."""
+    frame, replaced = _lines(block)
+    if known is None:
+        known, writers = detect(frame["text"])
+    elif writers is None and not head:  # no writer named in the file's first lines: here?
+        writers = block_writers(frame["text"], known)
+    prefix = known if head else None
     cands = frame.filter(FIRST_LEVEL)
     opens = False
     if cands.height:
@@ -403,8 +489,42 @@ def _sift(block: bytes, head: bool) -> _Sifted:
         opens = any(o in text for text in cands["text"] for o in OPENERS)
         if opens:
             cands = _with_context(cands, frame)
-    prefix = detect_prefixes(frame["text"]) if head else None
-    return _Sifted(frame, cands, prefix, replaced, opens)
+    return _Sifted(frame, cands, prefix, replaced, opens, _tails(frame, writers))
+
+
+#: What a blank line holds (the same as ``lines.WriterKey``'s regexes).
+BLANK = " \t\r"
+#: Lines looked at from a block's end for its last non-blank one, in a file of one writer name.
+TAIL_LOOKBACK = 64
+#: A block's lines are named by their first characters (``WriterKey.quick``), by their exact
+#: writer prefixes when that leaves more than this many names (many unprefixed lines).
+QUICK_TAILS = 512
+TAIL_SCHEMA = {"line": pl.Int64, "text": pl.String, "key": pl.String}
+
+
+def _tails(frame: pl.DataFrame, writers: WriterKey | None) -> pl.DataFrame:
+    """The last non-blank line of each writer name in ``frame`` (line 0-based in the block)."""
+    if writers is None:  # one name: the block's last non-blank line
+        text = frame["text"]
+        for i in range(text.len() - 1, max(-1, text.len() - 1 - TAIL_LOOKBACK), -1):
+            if (value := text[i]) and value.strip(BLANK):
+                return pl.DataFrame({"line": [i], "text": [value], "key": [""]},
+                                    schema=TAIL_SCHEMA)
+        if text.len() <= TAIL_LOOKBACK:
+            return pl.DataFrame(schema=TAIL_SCHEMA)
+        return (frame.filter(pl.col("text").str.contains(r"[^ \t\r]")).tail(1)
+                .select(pl.col("line").cast(pl.Int64), "text", key=pl.lit("")))
+    if writers.width is not None:  # empty lines left out: their name "" is the one above
+        tails = _last_of_each(frame.filter(pl.col("text").str.len_bytes() > 0), writers.quick())
+        if tails.height <= QUICK_TAILS:
+            return tails
+    return _last_of_each(frame, writers.exact())
+
+
+def _last_of_each(frame: pl.DataFrame, key: pl.Expr) -> pl.DataFrame:
+    return (frame.lazy().with_columns(key.alias("key"))
+            .filter(pl.col("key").is_not_null() & pl.col("key").is_last_distinct())
+            .select(pl.col("line").cast(pl.Int64), "text", "key").collect())
 
 
 def _with_context(cands: pl.DataFrame, frame: pl.DataFrame) -> pl.DataFrame:
@@ -442,10 +562,13 @@ def _pooled(blocks: Iterator[bytes]) -> Iterator[tuple[int, _Sifted]]:
         _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="ddp-autopsy-sift")
     pending: deque[tuple[int, Future[_Sifted]]] = deque()
     first = True
+    known, writers = NO_PREFIX, None
     error: Exception | None = None
     try:
         for block in blocks:
-            pending.append((len(block), _pool.submit(_sift, block, first)))
+            if first:  # its first lines decide the file's prefixes and writer names
+                known, writers = _head(block)
+            pending.append((len(block), _pool.submit(_sift, block, first, known, writers)))
             first = False
             if len(pending) > WORKERS:
                 size, fut = pending.popleft()
@@ -483,8 +606,16 @@ def scan_text(
             if not sifted.opens and state.elastic_section is not None:
                 cands = _with_context(cands, sifted.frame)  # the summary goes on
             stats.candidates += cands.height
+            state.block_start, state.block_text = line_no, sifted.frame["text"]
             for line, raw, found in _found(cands):
-                _classify(line_no + line + 1, raw.rstrip("\r"), found, ctx, state, events)
+                if state.spent and _spent(found, raw, state):
+                    continue
+                _classify(line_no + line + 1, raw, found, ctx, state, events)
+                if len(events) > state.prune_at + MAX_EVENTS_PER_KIND:  # mid-block too
+                    _prune(events, state, state.prune_at)
+                    state.prune_at = len(events)
+            if sifted.tails is not None and sifted.tails.height:
+                _keep_tails(state, sifted.tails.with_columns(pl.col("line") + line_no + 1))
             if len(events) > state.prune_at + MAX_EVENTS_PER_KIND:
                 _prune(events, state, state.prune_at)
                 state.prune_at = len(events)
@@ -496,6 +627,7 @@ def scan_text(
                                             f"(truncated or corrupt: {err})"))
     _flush_elastic(state, ctx, events)
     _prune(events, state, state.prune_at)
+    _last_lines(state, ctx, events)
     for kind, n in sorted(state.dropped.items()):
         notes.append(InputNote(ctx.display, f"{n} more '{kind}' lines after the first "
                                             f"{MAX_EVENTS_PER_KIND} were counted, not kept",
@@ -556,8 +688,19 @@ def _row(kind: str, line: int, info: LineInfo, ctx: FileContext, text: str,
 
 def _classify(line: int, raw: str, found: frozenset[str], ctx: FileContext, state: _State,
               events: list[dict[str, Any]]) -> None:
+    """Classify a candidate physical line: each message written on it on its own."""
+    if line <= state.joined_to:
+        return  # read as the end of a hard-wrapped message
+    pieces = segments(raw)
+    for i, piece in enumerate(pieces):
+        _classify_one(line, piece, found, ctx, state, events, i == len(pieces) - 1)
+
+
+def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, state: _State,
+                  events: list[dict[str, Any]], ends_line: bool) -> None:
     info = parse_line(raw, ctx.reference, state.prefix)
     body = info.body
+    _note_last(state, line, raw, info)
     if _elastic(line, raw, body, ctx, state, events):
         return
     stream = (info.stream, info.rank)
@@ -575,6 +718,9 @@ def _classify(line: int, raw: str, found: frozenset[str], ctx: FileContext, stat
         if not any(n in body for n in pat.needles):  # a needle in a prefix only
             continue
         fields = pat.match(body)
+        text = raw
+        if fields is None and ends_line:
+            fields, text = _continued(pat, line, raw, body, ctx, state)
         if fields is None:
             continue
         if pat.kind == "traceback":
@@ -584,7 +730,7 @@ def _classify(line: int, raw: str, found: frozenset[str], ctx: FileContext, stat
             state.spawn_index[stream] = int(fields["index"])
         elif info.rank is None and pat.kind in WRITER_RANK_FIELDS and "rank" in fields:
             info.rank, info.cue = fields["rank"], WRITER_RANK_FIELDS[pat.kind]
-        events.append(_row(pat.kind, line, info, ctx, raw, fields))
+        events.append(_row(pat.kind, line, info, ctx, text, fields))
     em = P.EXCEPTION_LINE.match(body)
     if em and not body.lstrip().startswith("Exception raised from"):
         tb = state.tracebacks.pop(stream, None)
@@ -658,3 +804,75 @@ def _flush_elastic(state: _State, ctx: FileContext, events: list[dict[str, Any]]
     # Evidence quotes a real line: the exit code (or the rank) line of the entry.
     line, text = entry.get("exitcode@") or entry.get("rank@") or (entry["line"], entry["raw"])
     events.append(_row("elastic_failure", line, info, ctx, text, data, stamp))
+
+
+# --- hard-wrapped messages ---------------------------------------------------------------------
+
+def _continued(pat: P.Pattern, line: int, raw: str, body: str, ctx: FileContext,
+               state: _State) -> tuple[dict[str, Any] | None, str]:
+    """``pat``'s fields when ``body`` is its message cut by a terminal or a paste and the next
+    lines (at most MAX_JOINED in all, none with prefixes of its own) complete it; and the joined
+    text. Joined as written (a terminal's wrap), else at a space (an editor's)."""
+    text = state.block_text
+    if text is None:
+        return None, raw
+    start = line - state.block_start  # the next line's index in the block
+    exact = spaced = body
+    for n, cont in enumerate(text[start: start + MAX_JOINED - 1].to_list(), 1):
+        if not cont or cont.isspace() or _own_line(cont, ctx, state):
+            break
+        exact, spaced = exact + cont, spaced.rstrip() + " " + cont.strip()
+        for joined in (exact, spaced):
+            m = pat.regex.search(joined)
+            if m is not None and m.start() < len(body):  # the message begins on the first line
+                state.joined_to = line + n
+                state.joined.update(range(line + 1, line + n + 1))
+                fields = pat.match(joined) or {}
+                fields["joined_lines"] = n + 1
+                return fields, raw[: len(raw) - len(body)] + joined
+    return None, raw
+
+
+def _own_line(text: str, ctx: FileContext, state: _State) -> bool:
+    """Whether ``text`` starts a line of its own (a prefix, a stamp, a traceback line)."""
+    if FRAME_LINE.match(text) or P.EXCEPTION_LINE.match(text) or text.startswith("Traceback"):
+        return True
+    info = parse_line(text, ctx.reference, state.prefix)
+    return (info.body != text or info.ts is not None or info.level is not None
+            or info.pid is not None)  # an NCCL line: "host:pid:tid [dev] NCCL ..."
+
+
+# --- each writer's last line -------------------------------------------------------------------
+
+def _note_last(state: _State, line: int, text: str, info: LineInfo) -> None:
+    if not info.body.strip(BLANK):
+        return
+    key = (info.stream, info.rank)
+    seen = state.last.get(key)
+    if seen is None or line >= seen[0]:
+        state.last[key] = (line, text, info)
+
+
+def _keep_tails(state: _State, tails: pl.DataFrame) -> None:
+    state.tails.append(tails)
+    if len(state.tails) >= TAIL_BATCH:
+        state.tails = [_reduced(state.tails)]
+
+
+def _reduced(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The last line of each writer name over several blocks."""
+    return pl.concat(parts).filter(pl.col("key").is_last_distinct())
+
+
+def _last_lines(state: _State, ctx: FileContext, events: list[dict[str, Any]]) -> None:
+    """One ``last_line`` event per writer (stream and rank as its prefixes say): its last
+    non-blank message, a progress bar included (``data.progress``)."""
+    if state.tails:
+        for line, text, _ in _reduced(state.tails).sort("line").iter_rows():
+            if line in state.joined:
+                continue
+            for piece in segments(text):
+                _note_last(state, line, piece, parse_line(piece, ctx.reference, state.prefix))
+    for line, text, info in sorted(state.last.values(), key=lambda x: x[0]):
+        events.append(_row("last_line", line, info, ctx, text, {"progress": is_progress(text)}))
+

@@ -11,17 +11,32 @@ local rank, host, pid, time), with the cue that decided the rank.
 >>> info.ts.isoformat()
 '2024-12-18T20:27:21'
 
-Three prefixes are too ambiguous to trust on one line (``RuntimeError: x`` looks like pdsh's
-``host: x``): :func:`detect_prefixes` decides them per file, from a sample in which most lines
-must carry them, and :func:`parse_line` strips them only when told to.
+Four prefixes are too ambiguous to trust on one line (``RuntimeError: x`` looks like pdsh's
+``host: x``, a table row like docker compose's ``svc-1  | x``): :func:`detect_prefixes` decides
+them per file, from a sample in which most lines must carry them, and :func:`parse_line` strips
+them only when told to.
 
 >>> sample = ["node7:  0: [rank0]: hello", "node7:  1: world", "node8: 12: again"]
 >>> prefix = detect_prefixes(sample)
 >>> prefix
-FilePrefix(pdsh=True, srun=True, bracket=False)
+FilePrefix(pdsh=True, srun=True, bracket=False, compose=False)
 >>> info = parse_line("node8: 12: RuntimeError: boom", 2024, prefix)
 >>> (info.host, info.task, info.body, info.stream)
 ('node8', 12, 'RuntimeError: boom', 'h=node8|t=12')
+
+Followed by a prefix that names a writer, a label or a host is read on its own line too:
+
+>>> info = parse_line("12: [rank12]: RuntimeError: boom", 2024)
+>>> (info.task, info.rank, info.body)
+(12, 12, 'RuntimeError: boom')
+
+A captured terminal holds ``\\r``-redrawn progress bars: :func:`segments` splits a physical line
+into the messages written on it (the line number stays the physical line's).
+
+>>> segments("Map:  41%|####      | 4100/10000 [02:10<03:07, 31.4 ex/s][rank1]: RuntimeError: x")
+['Map:  41%|####      | 4100/10000 [02:10<03:07, 31.4 ex/s]', '[rank1]: RuntimeError: x']
+>>> is_progress('Map:  41%|####      | 4100/10000 [02:10<03:07, 31.4 ex/s]')
+True
 """
 
 from __future__ import annotations
@@ -40,16 +55,20 @@ from ddp_autopsy.analyzer.timestamps import Reference
 # pdsh / clush: "node7: msg". Hostnames here must hold a digit, '-' or '.' (or be localhost).
 PDSH = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9_.-]{0,62}): ")
 HOSTLIKE = re.compile(r"^(?:localhost|[A-Za-z0-9_]*[0-9.-][A-Za-z0-9_.-]*)$")
+# Nor a Python logger's name ("torch.distributed.elastic.multiprocessing.api: [ERROR] ...").
 NOT_HOST = re.compile(r"(?i:error|exception|warning|exit|interrupt)$|^(?:INFO|WARN|WARNING|ERROR|"
-                      r"DEBUG|CRITICAL|FATAL|NOTE|Note|TODO)$")
+                      r"DEBUG|CRITICAL|FATAL|NOTE|Note|TODO)$|^[a-z_]+(?:\.[a-z_]+){2,}$")
 # srun --label: "  3: msg" (the task id, right-aligned).
 SRUN_LABEL = re.compile(r"^ *(?P<task>[0-9]+): ")
 # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[${rank}]:" (torch's documented example) or
 # "[${local_rank}]:": which one is unknown, so the number only names the stream. A bare "[0]:"
 # is torchelastic's failure-summary entry, not a prefix: a message must follow.
 BRACKET = re.compile(r"^\[(?P<n>[0-9]+)\]: ?(?P<rest>\S)")
-#: Any of the three, for a quick look (the regexes are kept ASCII: polars compiles them per call).
-ANY_FILE_PREFIX = r"^(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,62}| *[0-9]+|\[[0-9]+\]): "
+# docker compose: "svc-1  | msg" (the service name padded to the longest one).
+COMPOSE = re.compile(r"^(?P<svc>[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]*) +\| ")
+#: Any of them, for a quick look (the regexes are kept ASCII: polars compiles them per call).
+ANY_FILE_PREFIX = (r"^(?:(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,62}| *[0-9]+|\[[0-9]+\]): "
+                   r"|[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]* +\| )")
 
 # --- prefixes read on every line -------------------------------------------------------------
 # P1 torchrun --tee/--redirects: "[default0]:" = "[<role><local_rank>]:"; custom templates such as
@@ -59,8 +78,11 @@ LAUNCHER = re.compile(r"^\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)(?:[|:](?P<gr>\d
 # Open MPI --tag-output: "[1,3]<stdout>:"
 MPI = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr)>:\s?")
 TORCH_RANK = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
-# Lightning's rank_prefixed_message: "[rank: 1] msg"
+# Lightning's rank_prefixed_message: "[rank: 1] msg"; trainers' own loggers: "[RANK 4] msg"
 LIGHTNING = re.compile(r"^\[rank: (?P<rank>\d+)\]\s")
+UPPER_RANK = re.compile(r"^\[RANK (?P<rank>\d+)\]\s")
+RANK_CUES = {TORCH_RANK.pattern: "torch [rankN]: prefix",
+             LIGHTNING.pattern: "Lightning [rank: N] prefix", UPPER_RANK.pattern: "[RANK N] prefix"}
 # P2 c10 logger: "[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] " (≤2.3: no time).
 C10 = re.compile(
     r"^\[(?P<sev>[IWEF])(?:(?P<mmdd>\d{3,4}) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+))? "
@@ -89,10 +111,55 @@ NCCL = re.compile(
     r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) (?:\[(?P<dev>\d+)\] )?.*?NCCL "
     r"(?:INFO|WARN|TRACE|CALL)\b"
 )
+# Ray: "(RayTrainWorker pid=2372, ip=10.0.1.5) msg", "(pid=123, ip=10.0.0.1) msg": a worker
+# process, not a rank (its "[rankN]:" may follow).
+RAY = re.compile(
+    r"^\((?:(?P<actor>[A-Za-z_][\w.:-]*) )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ?"
+)
+# kubectl logs --prefix: "[pod/trainer-worker-0/pytorch] msg"
+KUBECTL = re.compile(r"^\[pod/(?P<pod>[^/\]\s]+)(?:/(?P<container>[^\]\s]+))?\] ?")
+# Python logging's level after a stamp: "2024-05-01 12:00:01,123 - INFO - msg", "... INFO     msg"
+LEVEL = re.compile(
+    r"^\[?(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\]?(?: *[-|:] +| +)"
+)
+LEVELS = {"INFO": "I", "WARNING": "W", "WARN": "W", "ERROR": "E", "CRITICAL": "F", "FATAL": "F"}
 # P6 ProcessGroupNCCL: "[PG 0 Rank 1] ", "[PG ID 0 PG GUID 0(default_pg) Rank 0] ", "[Rank 0] ".
 PG_RANK = re.compile(
     r"\[(?:PG (?:ID )?(?P<pg>\d+)(?: PG GUID [^\s(\]]+(?:\([^)]*\))?)? )?Rank (?P<rank>\d+)\]"
 )
+
+# --- what a terminal leaves in a captured log -------------------------------------------------
+#: ANSI escape sequences (colours, cursor moves, titles); ASCII and Rust-compatible (polars).
+ANSI = r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[()][0-9A-Za-z]|[=>78])"
+ANSI_RE = re.compile(ANSI)
+# tqdm: "Map:  41%|####      | 4100/10000 [02:10<03:07, 31.4 ex/s]" (and "4100it [02:10, 31.4it/s]")
+PROGRESS = re.compile(r"[0-9]%\||[0-9](?:it|[A-Za-z]+/s|s/[A-Za-z]+)\]\s*$")
+# A bar's end when more text follows it on the same line (a redraw whose "\r" was lost).
+BAR_END = re.compile(r"[0-9]+%\|[^|\r]*\|[^\[\]\r|]*\[[^\]\r]*\] *(?=\S)")
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI_RE.sub("", text) if "\x1b" in text else text
+
+
+def is_progress(text: str) -> bool:
+    """Whether ``text`` is a progress bar (tqdm's format)."""
+    return PROGRESS.search(text) is not None
+
+
+def segments(text: str) -> list[str]:
+    """The messages written on one physical line: split at ``\\r`` (a terminal redraw) and after a
+    progress bar with more text glued to it; blank pieces dropped."""
+    if "\r" not in text and "%|" not in text:
+        return [text]
+    out: list[str] = []
+    for piece in text.split("\r"):
+        while (m := BAR_END.search(piece)) is not None:
+            out.append(piece[: m.end()].rstrip(" "))
+            piece = piece[m.end():]
+        out.append(piece)
+    return [x for x in out if x.strip()]
+
 
 #: Lines sampled to decide a file's prefixes, and the share of them that must carry one.
 SAMPLE_LINES = 2000
@@ -106,6 +173,7 @@ class FilePrefix:
     pdsh: bool = False
     srun: bool = False
     bracket: bool = False
+    compose: bool = False
 
 
 NO_PREFIX = FilePrefix()
@@ -144,10 +212,12 @@ def _carried(lines: pl.Series, rx: re.Pattern[str]) -> tuple[bool, pl.Series]:
             .then(prefix)
         ).to_series()
         hosts = host.filter(prefix.is_not_null()).n_unique()
+    elif rx is COMPOSE:
+        hosts = lines.str.extract(rx.pattern, 1).filter(prefix.is_not_null()).n_unique()
     hits = prefix.is_not_null().sum()
     enough = hits >= min(2, lines.len()) and hits >= MAJORITY * lines.len()
-    if rx is PDSH and hosts > max(2, hits // 2):
-        enough = False  # a different "host" on every line: words, not hosts
+    if rx in (PDSH, COMPOSE) and hosts > max(2, hits // 2):
+        enough = False  # a different "host" on every line: words (a table's rows), not hosts
     if not enough:
         return False, lines
     if rx is BRACKET:  # the first character of the message was part of the match
@@ -161,14 +231,108 @@ def _is_host(token: str) -> bool:
 
 def detect_prefixes(sample: Sequence[str | None] | pl.Series) -> FilePrefix:
     """Decide the per-file prefixes from a file's first SAMPLE_LINES lines (empty ones ignored)."""
+    return detect(sample)[0]
+
+
+def detect(sample: Sequence[str | None] | pl.Series) -> tuple[FilePrefix, WriterKey | None]:
+    """The per-file prefixes of a sample and how to tell its lines' writers apart (see
+    :class:`WriterKey`); one regex call on the common file that has neither."""
     lines = pl.Series("text", sample, dtype=pl.String).head(SAMPLE_LINES)
     lines = lines.filter(lines.str.len_bytes() > 0)
-    if lines.len() == 0 or lines.str.contains(ANY_FILE_PREFIX).sum() < MAJORITY * lines.len():
-        return NO_PREFIX  # the common answer, found with one regex
-    pdsh, lines = _carried(lines, PDSH)
-    srun, lines = _carried(lines, SRUN_LABEL)
-    bracket, _ = _carried(lines, BRACKET)
-    return FilePrefix(pdsh=pdsh, srun=srun, bracket=bracket)
+    if lines.len() == 0 or not lines.str.contains(_ANY_PREFIX).any():
+        return NO_PREFIX, None  # the common answer, found with one regex
+    prefix = NO_PREFIX
+    if lines.str.contains(ANY_FILE_PREFIX).sum() >= MAJORITY * lines.len():
+        compose, rest = _carried(lines, COMPOSE)
+        pdsh, rest = _carried(rest, PDSH)
+        srun, rest = _carried(rest, SRUN_LABEL)
+        bracket, _ = _carried(rest, BRACKET)
+        prefix = FilePrefix(pdsh=pdsh, srun=srun, bracket=bracket, compose=compose)
+    return prefix, writer_key(lines, prefix)
+
+
+# --- writers told apart in bulk ----------------------------------------------------------------
+# The reader keeps each writer's last line (its last activity) without parsing every line: a
+# regex names the leading writer prefixes of each line in polars, and only the last line of each
+# name reaches parse_line. Stamps between the prefixes are skipped (they differ on every line);
+# prefixes inside the message ("[Rank N]") are not read there.
+_FILE_TOKENS = (
+    ("compose", r"[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]* +\| "),
+    ("pdsh", r"[A-Za-z0-9][A-Za-z0-9_.-]*: "),
+    ("srun", r" *[0-9]+: "),
+    ("bracket", r"\[[0-9]+\]: ?"),
+)
+_LINE_TOKENS = (
+    r"\[[A-Za-z_][A-Za-z0-9_-]*[0-9]+(?:[|:][0-9]+)?\]: ?",  # [default0]: [rank3]: [trainer0|5]:
+    r"\[(?:rank: |RANK )[0-9]+\] ",  # Lightning, "[RANK 4] "
+    r"\[[0-9]+,[0-9]+\]<std[a-z]+>: ?",  # mpirun
+    r"\((?:[A-Za-z_][A-Za-z0-9_.:-]* )?pid=[0-9]+(?:, ip=[0-9A-Fa-f.:]+)?\) ?",  # Ray
+    r"\[pod/[^\] ]+\] ?",  # kubectl
+)
+_STAMP = (r"\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?"
+          r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?\]? +(?:[-|] +)?")
+_ANY_TOKEN = "|".join(t for _, t in _FILE_TOKENS)
+_ANY_LINE = "|".join(_LINE_TOKENS)
+_ANY_PREFIX = f"^(?:{ANY_FILE_PREFIX[1:]}|(?:{_STAMP})?(?:{_ANY_TOKEN})*(?:{_ANY_LINE}))"
+_WHICH = f"^(?:{_ANY_TOKEN})*({_STAMP})?(?:{_ANY_TOKEN})*({_ANY_LINE})"
+#: After the prefixes, something must be written: a writer's blank lines are not its activity.
+_WRITTEN = r"[ \t]*[^ \t\r]"
+
+
+@dataclass(frozen=True)
+class WriterKey:
+    """A Rust regex whose capture groups, joined, name a line's writer prefixes (null: a blank
+    line); ``groups`` is 1, or 2 when a stamp sits between them. ``width``, when known, is one
+    more than the longest name a sample showed: the line's first ``width`` characters are a
+    name too, finer (a few characters of the message come with it) and read far faster."""
+
+    regex: str
+    groups: int = 1
+    width: int | None = None
+
+    def exact(self, col: str = "text") -> pl.Expr:
+        """The writer name of each line, as a polars expression."""
+        text = pl.col(col)
+        if self.groups == 1:
+            return text.str.extract(self.regex, 1)
+        parts = text.str.extract_groups(self.regex)
+        return pl.concat_str([parts.struct.field("1"), parts.struct.field("2")],
+                             separator="\x1f")
+
+    def quick(self, col: str = "text") -> pl.Expr:
+        """The finer name by ``width`` (the exact one without it)."""
+        return self.exact(col) if self.width is None else pl.col(col).str.slice(0, self.width)
+
+
+def writer_key(lines: pl.Series, prefix: FilePrefix) -> WriterKey | None:
+    """How to name the writers of lines like ``lines`` (None: nothing in them names one)."""
+    files = [t for name, t in _FILE_TOKENS if getattr(prefix, name)]
+    if lines.len() == 0:
+        return WriterKey(f"^((?:{'|'.join(files)})*){_WRITTEN}") if files else None
+    which = lines.str.extract_groups(_WHICH).struct.unnest()
+    which = which.filter(pl.col("2").is_not_null())
+    toks = which["2"].unique().to_list()
+    used = [t for t in _LINE_TOKENS if any(re.fullmatch(t, x) for x in toks)]
+    if not files and not used:
+        return None
+    if which["1"].is_not_null().any():  # a stamp before the writer prefixes
+        pre = f"((?:{'|'.join(files)})*)" if files else "()"
+        return WriterKey(f"^{pre}(?:{_STAMP})?((?:{'|'.join(files + used)})*){_WRITTEN}", 2)
+    key = WriterKey(f"^((?:{'|'.join(files + used)})*){_WRITTEN}")
+    longest = lines.str.extract(key.regex, 1).str.len_chars().max()
+    return WriterKey(key.regex, 1, longest + 1) if isinstance(longest, int) and longest else key
+
+
+#: Lines of a later block sampled for writer prefixes its file's first block did not show.
+BLOCK_SAMPLE = 500
+
+
+def block_writers(sample: pl.Series, known: FilePrefix) -> WriterKey | None:
+    """How to name the writers of a later block of a file whose prefixes are ``known``."""
+    lines = sample.head(BLOCK_SAMPLE)
+    if known == NO_PREFIX and not lines.str.contains(_ANY_PREFIX).any():
+        return None
+    return writer_key(lines, known)
 
 
 def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) -> LineInfo:
@@ -177,8 +341,15 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
         ref = Reference(ref)
     info = LineInfo(body=text)
     parts: list[str] = []  # the stream's name, from prefixes only
-    body = _file_prefixes(text, prefix, info, parts)
-    for _ in range(8):  # prefixes stack, but never deeper than this
+    body = _file_prefixes(strip_ansi(text), prefix, info, parts)
+    stamped = False  # a level word right after a stamp is the logger's level
+    for _ in range(10):  # prefixes stack, but never deeper than this
+        if stamped and (m := LEVEL.match(body)):
+            info.level = info.level or LEVELS.get(m.group("level"))
+            body = body[m.end() :]
+            stamped = False
+            continue
+        stamped = False
         m = LAUNCHER.match(body)
         if m and m.group("role") != "rank":
             info.local_rank = int(m.group("lr"))
@@ -187,11 +358,10 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
                 info.rank, info.cue = int(m.group("gr")), "launcher prefix rank"
             body = body[m.end() :]
             continue
-        m = TORCH_RANK.match(body) or LIGHTNING.match(body)
+        m = TORCH_RANK.match(body) or LIGHTNING.match(body) or UPPER_RANK.match(body)
         if m:
-            torch = m.re is TORCH_RANK
             info.rank = int(m.group("rank"))
-            info.cue = "torch [rankN]: prefix" if torch else "Lightning [rank: N] prefix"
+            info.cue = RANK_CUES[m.re.pattern]
             body = body[m.end() :]
             continue
         m = MPI.match(body)
@@ -212,11 +382,36 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
         if m:
             zone = m.group("zone") if m.re is ISO else None
             _stamp(info, timestamps.iso(m.group("date"), m.group("hms"), m.group("frac"), zone))
+            if m.re is PYLOG_BRACKET and m.group("level"):
+                info.level = info.level or LEVELS.get(m.group("level"))
             body = body[m.end() :]
+            stamped = True
             continue
         m = DEEPSPEED_SRC.match(body)
         if m:
             body = body[m.end() :]
+            continue
+        m = PYLOG_PLAIN.match(body)
+        if m:
+            info.level = info.level or LEVELS.get(m.group("level"))
+            body = body[m.end() :]
+            continue
+        m = RAY.match(body)
+        if m:
+            info.pid = int(m.group("pid"))
+            info.host = info.host or m.group("ip")
+            parts.append(f"w={m.group('pid')}" + (f"@{m.group('ip')}" if m.group("ip") else ""))
+            body = body[m.end() :]
+            continue
+        m = KUBECTL.match(body)
+        if m:
+            info.host = info.host or m.group("pod")
+            parts.append(f"pod={m.group('pod')}/{m.group('container') or ''}")
+            body = body[m.end() :]
+            continue
+        labels = _labelled(body)
+        if labels is not None:  # "12: [rank12]:", "node7: [default0]:" without the file's word:
+            body = _file_prefixes(body, labels, info, parts)  # the next prefix vouches for them
             continue
         break
     m = NCCL.match(body)
@@ -236,8 +431,36 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
     return info
 
 
+_VOUCHES = re.compile(r"(?:\[[A-Za-z_][\w-]*?\d+(?:[|:]\d+)?\]:|\[\d+,\d+\]<std|\[rank: \d+\] "
+                      r"|[^\s:\[\]]+:\d+:\d+ (?:\[\d+\] )?.*?NCCL (?:INFO|WARN))")
+_SRUN_ONLY = FilePrefix(srun=True)
+_PDSH_SRUN = FilePrefix(pdsh=True, srun=True)
+
+
+def _labelled(body: str) -> FilePrefix | None:
+    """The labels (srun's task, pdsh's host) ``body`` starts with when a writer prefix follows
+    them (``12: [rank12]:``, ``node7:  3: [default0]:``), read then on any line."""
+    m = SRUN_LABEL.match(body)
+    if m is not None:
+        return _SRUN_ONLY if _VOUCHES.match(body, m.end()) else None
+    m = PDSH.match(body)
+    if m is None or not _is_host(m.group("host")):
+        return None
+    end = m.end()
+    label = SRUN_LABEL.match(body[end:])
+    if label is not None:
+        end += label.end()
+    return _PDSH_SRUN if _VOUCHES.match(body, end) else None
+
+
 def _file_prefixes(text: str, prefix: FilePrefix, info: LineInfo, parts: list[str]) -> str:
     body = text
+    if prefix.compose:
+        m = COMPOSE.match(body)
+        if m:
+            info.host = info.host or m.group("svc")
+            parts.append(f"svc={m.group('svc')}")
+            body = body[m.end() :]
     if prefix.pdsh:
         m = PDSH.match(body)
         if m and _is_host(m.group("host")):

@@ -1,0 +1,274 @@
+"""Real layouts read line by line: prefix stackings, terminal leftovers (ANSI, CRLF, ``\\r``-redrawn
+progress bars), hard-wrapped messages, and each writer's last line.
+
+Messages are copied from real logs (tests/corpus, shared/research); only prefixes are composed
+around them, as the launchers named in each test write them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime
+from pathlib import Path
+
+import polars as pl
+
+from ddp_autopsy.analyzer import events as E
+from ddp_autopsy.analyzer import timestamps as T
+from ddp_autopsy.analyzer.attribution import resolve
+from ddp_autopsy.analyzer.events import FileContext, scan_text
+from ddp_autopsy.analyzer.job import FAILURE_KINDS, load
+from ddp_autopsy.analyzer.lines import (
+    NO_PREFIX,
+    FilePrefix,
+    detect,
+    detect_prefixes,
+    parse_line,
+)
+from ddp_autopsy.rules.engine import run
+
+# run-001 (torch 2.4, NCCL watchdog), llm-009 / eco-021 (OOM), llm-031 (a wrapped watchdog line)
+WATCHDOG = ("[E726 13:23:24.941166255 ProcessGroupNCCL.cpp:616] [Rank 15] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=1201955, OpType=ALLREDUCE, "
+            "NumelIn=7020002, NumelOut=7020002, Timeout(ms)=1800000) ran for 1800066 milliseconds "
+            "before timing out.")
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 132.00 MiB. GPU 3 has a "
+       "total capacity of 79.10 GiB of which 98.00 MiB is free.")
+WRAPPED = ["[rank1]:[E ProcessGroupNCCL.cpp:1182] [Rank 1] NCCL watchdog thread terminated with "
+           "exception: [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, "
+           "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 6006",
+           "59 milliseconds before timing out."]
+# eco-011: a tqdm bar whose "\r" was lost in the paste, a rank's warning glued to it
+GLUED = ("Tokenizing Prompts (num_proc=64):  92%|█████████▏| 328986/359152 [29:58<12:05, 41.59 "
+         "examples/s][rank1]:[W516 14:34:56.853490829 socket.cpp:464] [c10d] waitForInput: poll "
+         "for socket SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) returned "
+         "0, likely a timeout")
+BAR = "Map:  41%|████      | 4100/10000 [02:10<03:07, 31.4 ex/s]"  # issue #12
+
+
+def scan(text: str, name: str = "train.log", **ctx) -> list[dict]:
+    return scan_text(io.BytesIO(text.encode()), FileContext(name, 2026, **ctx), [])
+
+
+def kinds(rows: list[dict], kind: str) -> list[dict]:
+    return [r for r in rows if r["kind"] == kind]
+
+
+def data(row: dict) -> dict:
+    return json.loads(row["data"]) if row["data"] else {}
+
+
+# --- prefix stackings ----------------------------------------------------------------------------
+
+def test_stamp_before_the_rank_prefix() -> None:
+    info = parse_line(f"2024-11-20 14:37:16 [rank3]: {OOM}", 2024)  # eco-021, verbatim
+    assert (info.rank, info.ts, info.clock, info.body) == (
+        3, datetime(2024, 11, 20, 14, 37, 16), T.LOCAL, OOM)
+    utc = parse_line(f"2024-05-01T12:00:01.123Z [rank3]:{WATCHDOG}", 2024)
+    assert (utc.rank, utc.clock, utc.level) == (3, T.UTC, "E")
+    assert utc.body.startswith("[Rank 15] Watchdog caught")
+
+
+def test_srun_label_and_pdsh_host_vouched_for_by_the_next_prefix() -> None:
+    info = parse_line(f"12: [rank12]:{WATCHDOG}", 2024)
+    assert (info.task, info.rank, info.stream) == (12, 12, "t=12")
+    info = parse_line(f"gpu-node3:  5: [default1]:[rank13]: {OOM}", 2024)
+    assert (info.host, info.task, info.local_rank, info.rank, info.body) == (
+        "gpu-node3", 5, 1, 13, OOM)
+    # Alone, neither is read: "RuntimeError: x" is not a host, "3: x" may be a list item.
+    assert parse_line("RuntimeError: Address already in use", 2024).host is None
+    assert parse_line(f"3: {OOM}", 2024).task is None
+
+
+def test_pdsh_hosts_that_are_addresses() -> None:
+    lines = (Path(__file__).parent / "corpus/llm-022").glob("*.log")
+    sample = next(iter(lines)).read_text().splitlines()
+    prefix = detect_prefixes(sample)
+    assert prefix.pdsh
+    info = parse_line(sample[0], 2024, prefix)
+    assert (info.stream, info.pid) == ("h=10.10.23.10", 1307367)
+
+
+def test_a_logger_name_is_not_a_pdsh_host() -> None:
+    # eco-030, the whole file: one line of Python logging.
+    line = ("torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+            "local_rank: 0 (pid: 14447) of binary: /usr/bin/python")
+    assert detect_prefixes([line]) == NO_PREFIX
+    assert detect_prefixes(["node1.cluster.local: up"] * 3).pdsh
+
+
+def test_kubectl_prefix() -> None:
+    info = parse_line(f"[pod/trainer-worker-0/pytorch] [rank15]:{WATCHDOG}", 2024)
+    assert (info.rank, info.host, info.stream) == (15, "trainer-worker-0",
+                                                   "pod=trainer-worker-0/pytorch")
+    assert info.body.startswith("[Rank 15] Watchdog")
+
+
+def test_docker_compose_prefix_decided_per_file() -> None:
+    lines = [f"trainer-{n}  | [rank{n}]:{WATCHDOG}" for n in (1, 2)] * 4
+    prefix = detect_prefixes(lines)
+    assert prefix == FilePrefix(compose=True)
+    info = parse_line(lines[1], 2024, prefix)
+    assert (info.host, info.rank, info.stream) == ("trainer-2", 2, "svc=trainer-2")
+    # A Markdown table is no compose file (shared/corpus/README.md).
+    table = ["| field | meaning |", "| `source` | the issue thread |",
+             "| `evidence` | the line(s) that prove it |"]
+    assert detect_prefixes(table) == NO_PREFIX
+
+
+def test_ray_prefixes_name_a_worker_not_a_rank() -> None:
+    # llm-028 and llm-020, verbatim
+    old = parse_line("(pid=909608) z-pc:909608:910337 [0] transport/p2p.cc:238 NCCL WARN failed "
+                     "to open CUDA IPC handle : 217 peer access is not supported between these "
+                     "two devices", 2021)
+    assert (old.rank, old.pid, old.host, old.stream) == (None, 909608, "z-pc", "w=909608")
+    new = parse_line("(MegatronPolicyWorker pid=1391870) [2026-07-10 06:19:36] pool0-00008:1391870:"
+                     "1393239 [7] init.cc:904 NCCL WARN Duplicate GPU detected : rank 15 and rank "
+                     "7 both on CUDA device e4000", 2026)
+    assert (new.rank, new.pid, new.ts) == (None, 1391870, datetime(2026, 7, 10, 6, 19, 36))
+    train = parse_line(f"(RayTrainWorker pid=2372, ip=10.0.1.5) [rank3]: {OOM}", 2026)
+    assert (train.rank, train.pid, train.host, train.stream, train.body) == (
+        3, 2372, "10.0.1.5", "w=2372@10.0.1.5", OOM)
+
+
+def test_glog_with_and_without_a_rank_prefix() -> None:
+    run001 = f"[rank15]:{WATCHDOG}"
+    run003 = ("[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: "
+              "WorkNCCL(SeqNum=3742816, OpType=_ALLGATHER_BASE, Timeout(ms)=1800000) ran for "
+              "1801750 milliseconds before timing out.")
+    rows = kinds(scan(f"{run001}\n{run003}\n"), "watchdog_timeout")
+    assert [(r["rank"], r["level"], data(r)["seq"]) for r in rows] == [(15, "E", 1201955),
+                                                                     (1, "E", 3742816)]
+
+
+def test_python_logging_formats() -> None:
+    pt015 = parse_line("2022-05-09 22:30:27,597 INFO Waiting in store based barrier to initialize "
+                       "process group for rank: 0, key: store_based_barrier_key:1 (world_size=6, "
+                       "worker_count=287, timeout=0:30:00)", 2022)
+    assert (pt015.level, pt015.body[:27]) == ("I", "Waiting in store based barr")
+    dashed = parse_line(f"2024-05-01 12:00:01,123 - ERROR - {OOM}", 2024)
+    assert (dashed.level, dashed.body, dashed.ts.microsecond) == ("E", OOM, 123000)
+    deepspeed = parse_line("[2023-07-04 17:31:27,755] [INFO] [launch.py:315:sigkill_handler] "
+                           "Killing subprocess 953850", 2023)  # eco-012
+    assert (deepspeed.level, deepspeed.body) == ("I", "Killing subprocess 953850")
+    plain = parse_line("INFO:mlpf:Saved predictions at experiments/test_pyg-clic_20250124_032654"
+                       "_637048/preds_epoch_1/clic_edm_ttbar_pf/pred_0_0.parquet", 2025)  # run-006
+    assert (plain.level, plain.body[:17]) == ("I", "Saved predictions")
+    upper = parse_line("[RANK 4] 2026-05-19 10:10:29,604 [ERROR] GPU circuit breaker OPEN: "
+                       "cuda_error", 2026)  # llm-015
+    assert (upper.rank, upper.cue, upper.level) == (4, "[RANK N] prefix", "E")
+    # Still classified: pt-001's torchelastic line behind "WARNING:<logger>:"
+    rows = scan("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 102241 "
+                "closing signal SIGHUP\n")
+    assert [r["kind"] for r in rows] == ["closing_signal", "last_line"]
+
+
+# --- what a terminal leaves ---------------------------------------------------------------------
+
+def test_ansi_colours_are_stripped_before_matching() -> None:
+    coloured = f"\x1b[31m[rank15]:\x1b[0m\x1b[1m{WATCHDOG}\x1b[0m\n"
+    (row,) = kinds(scan(coloured), "watchdog_timeout")
+    assert (row["rank"], row["text"]) == (15, f"[rank15]:{WATCHDOG}")
+    assert parse_line("\x1b[32m[rank2]:\x1b[0m ok", 2024).rank == 2
+
+
+def test_crlf_reads_like_lf() -> None:
+    lines = [f"[rank15]:{WATCHDOG}", f"[rank3]: {OOM}", "[rank3]: done"]
+    assert scan("\r\n".join(lines) + "\r\n") == scan("\n".join(lines) + "\n")
+
+
+def test_a_message_glued_to_a_progress_bar_is_read_on_its_own() -> None:
+    bars = "\r".join(f"[rank0]:{BAR.replace('41%', f'{p}%')}" for p in (40, 41))
+    text = f"starting\n{bars}\r[rank3]: {OOM}\r[rank0]:{BAR}\n"
+    rows = scan(text)
+    (oom,) = kinds(rows, "oom")
+    assert (oom["rank"], oom["line"], oom["text"]) == (3, 2, f"[rank3]: {OOM}")
+    last = {r["rank"]: (r["line"], r["text"], data(r)) for r in kinds(rows, "last_line")}
+    assert last[0] == (2, f"[rank0]:{BAR}", {"progress": True})
+    assert last[3] == (2, f"[rank3]: {OOM}", {"progress": False})
+    assert last[None] == (1, "starting", {"progress": False})
+
+
+def test_a_paste_that_lost_the_carriage_return() -> None:
+    rows = scan(GLUED + "\n")
+    last = {r["rank"]: r["text"] for r in kinds(rows, "last_line")}
+    assert last[1].startswith("[rank1]:[W516 14:34:56.853490829 socket.cpp:464]")
+    assert last[None].endswith("41.59 examples/s]")
+
+
+# --- hard-wrapped messages ----------------------------------------------------------------------
+
+def test_a_wrapped_message_is_joined() -> None:
+    rows = scan("\n".join([*WRAPPED, "next"]) + "\n")
+    (row,) = kinds(rows, "watchdog_timeout")
+    assert (row["rank"], row["line"]) == (1, 1)
+    assert (data(row)["ran_ms"], data(row)["joined_lines"]) == (600659, 2)
+    assert row["text"].endswith("ran for 600659 milliseconds before timing out.")
+    assert [r["line"] for r in kinds(rows, "last_line")] == [1, 3]  # line 2 is rank 1's
+
+
+def test_a_wrap_at_a_space_is_joined_with_one() -> None:
+    first, rest = WATCHDOG.split(" NumelOut=")
+    (row,) = kinds(scan(f"[rank15]:{first}\nNumelOut={rest}\n"), "watchdog_timeout")
+    assert (data(row)["nout"], data(row)["ran_ms"]) == (7020002, 1800066)
+
+
+def test_joins_stop_at_a_prefixed_line_and_after_three_lines() -> None:
+    assert not kinds(scan(f"{WRAPPED[0]}\n[rank1]:{WRAPPED[1]}\n"), "watchdog_timeout")
+    head, tail = WRAPPED[0][:-30], WRAPPED[0][-30:]
+    three = scan(f"{head}\n{tail}\n{WRAPPED[1]}\n")
+    assert data(kinds(three, "watchdog_timeout")[0])["joined_lines"] == 3
+    four = scan(f"{head}\n{tail[:15]}\n{tail[15:]}\n{WRAPPED[1]}\n")
+    assert not kinds(four, "watchdog_timeout")
+
+
+# --- each writer's last line --------------------------------------------------------------------
+
+def test_each_ranks_last_line_after_attribution(tmp_path: Path) -> None:
+    lines = [f"[default0]:[rank0]:{WATCHDOG}", "[default1]:[rank1]: starting epoch 0",
+             f"[default1]:{BAR}", f"[default0]:[rank0]: {OOM}", "[default0]:", ""]
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    df = resolve(load([tmp_path]).events).filter(pl.col("kind") == "last_line")
+    got = sorted((r["rank"], r["line"], r["text"], data(r)["progress"])
+                 for r in df.iter_rows(named=True))
+    assert got == [(0, 4, f"[default0]:[rank0]: {OOM}", False),
+                   (1, 2, "[default1]:[rank1]: starting epoch 0", False),
+                   (1, 3, f"[default1]:{BAR}", True)]
+
+
+def test_a_writer_that_went_quiet_blocks_ago(monkeypatch) -> None:
+    """Its last line is found though later blocks never name it (and blocks are pooled)."""
+    monkeypatch.setattr(E, "BLOCK_BYTES", 1 << 12)
+    lines = [f"{r:>2}: [rank{r}]: step {i}" for i in range(40) for r in range(4)]
+    lines.insert(5, f" 3: {BAR}")
+    lines = [x for x in lines if not (x.startswith(" 3:") and "step" in x and int(x[-2:]) > 1)]
+    lines += [f" {r}: [rank{r}]: step {i}" for i in range(40, 400) for r in range(3)]
+    rows = scan("\n".join(lines) + "\n", "slurm-1.out")
+    last = {r["stream"]: (r["line"], r["text"]) for r in kinds(rows, "last_line")}
+    assert last["t=3"] == (lines.index(" 3: [rank3]: step 1") + 1, " 3: [rank3]: step 1")
+    assert last["t=2"] == (len(lines), " 2: [rank2]: step 399")
+
+
+def test_many_unprefixed_lines_in_a_prefixed_file(monkeypatch) -> None:
+    """More names than QUICK_TAILS by their first characters: the exact prefixes decide."""
+    monkeypatch.setattr(E, "QUICK_TAILS", 4)
+    lines = [f"[rank{r}]: step {r}" for r in range(3)] + [f"{i} {OOM}" for i in range(20)]
+    text = "\n".join(lines) + "\n"
+    frame, _ = E._lines(text.encode())
+    _, writers = detect(lines)
+    assert E._tails(frame, writers)["line"].to_list() == [0, 1, 2, 22]  # one per writer
+    last = {r["rank"]: r["line"] for r in kinds(scan(text), "last_line")}
+    assert last == {0: 1, 1: 2, 2: 3, None: 23}
+
+
+def test_last_lines_are_no_failure() -> None:
+    assert "last_line" not in FAILURE_KINDS
+    healthy = "\n".join(f"[default{r}]:[rank{r}]:{BAR}" for r in range(4))
+    rows = scan(healthy + "\n")
+    assert {r["kind"] for r in rows} == {"last_line"}
+
+
+def test_a_healthy_log_has_no_verdict(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text("\n".join(f"[rank{r}]:{BAR}" for r in range(4)) + "\n")
+    assert run(load([tmp_path])).verdict is None
