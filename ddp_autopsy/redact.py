@@ -413,7 +413,7 @@ def _pem_lines(lines: Iterable[str], inside: bool) -> tuple[list[str], bool]:
 
 
 def _split_lines(text: str) -> list[str]:
-    """Lines at "\n" only, ends kept (str.splitlines also cuts at \f, \x1c, \u2028…)."""
+    """Lines cut at newlines only, ends kept (str.splitlines also cuts at form feeds, U+2028…)."""
     lines = [line + "\n" for line in text.split("\n")]
     lines[-1] = lines[-1][:-1]
     return lines if lines[-1] else lines[:-1]

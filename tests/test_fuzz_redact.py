@@ -32,11 +32,13 @@ PIECES = ["token", "TOKEN", "password", "pass", "key", "KEY", "auth", "Authoriza
           "mysql", "curl -u ", "docker login", "wandb login ", "-----BEGIN RSA PRIVATE KEY-----",
           "-----END RSA PRIVATE KEY-----", "-----BEGIN", "ghp_", "hf_", "sk-", "AKIA", "eyJ",
           "xoxb-", "glpat-", "AccountKey", "sig", "abcdefghijklmnopqrstuvwxyz0123456789",
-          "ABCDEFGHIJKLMNOP", "0123456789", "é", "\x00", "\udcff", "[rank0]: ", ".py:12"]
+          "ABCDEFGHIJKLMNOP", "0123456789", "é", "\x00", "\udcff", "\x0c", "\u212a", "\u0130",
+          "[rank0]: ", ".py:12", "Bearer ", "Authorization: ", "Cookie: a="]
 text_st = st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=6)), max_size=40).map(
     "".join)
 # REDACT_FUZZ_EXAMPLES=20000 for a longer hunt than CI's few seconds
-FAST = settings(max_examples=int(os.environ.get("REDACT_FUZZ_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=int(os.environ.get("REDACT_FUZZ_EXAMPLES", "200")), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST
