@@ -113,6 +113,11 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("store_wait_timeout", "[rank3]: torch.distributed.DistBackendError: [3] is setting up NCCL "
      "communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but "
      "store->get('0') got error: wait timeout after 600000ms", {"rank": 3, "root": 0, "keys": "0"}),
+    ("watchdog_timeout", "[E ProcessGroupNCCL.cpp:565] [Rank 1] Work WorkNCCL(SeqNum=9, "
+     "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=60000) timed out in blocking wait "
+     "(NCCL_BLOCKING_WAIT=1).", {"seq": 9, "timeout_ms": 60000}),  # 2.2+
+    ("watchdog_hang", "[E ProcessGroupNCCL.cpp:1155] [Rank 1] monitoring thread detects no "
+     "heartbeat and will finally kill the process!", {}),  # 2.2
     ("nccl_comm_aborted", "RuntimeError: NCCL communicator was aborted on rank 2.  Original reason "
      "for failure was: NCCL error: unhandled system error, NCCL version 2.10.3", {"rank": 2}),
     ("cpp_terminate", "terminate called after throwing an instance of 'c10::DistBackendError'",

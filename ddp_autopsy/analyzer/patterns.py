@@ -279,15 +279,17 @@ PATTERNS: tuple[Pattern, ...] = (
     # M1
     _p(
         "watchdog_timeout",
-        ("Watchdog caught collective operation timeout", "timed out in call to wait()"),
+        ("Watchdog caught collective operation timeout", "timed out in call to wait()",
+         "timed out in blocking wait"),
         r"(?:(?:\[Rank (?P<pgrank>\d+)\] )?Watchdog caught collective operation timeout: "
         r"WorkNCCL\((?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:, TensorShape=\[[^\]]*\])?"
         r"(?:, NumelIn=(?P<nin>\d+), NumelOut=(?P<nout>\d+))?, Timeout\(ms\)=(?P<timeout_ms>\d+)\) "
         r"ran for (?P<ran_ms>\d+) milliseconds"
-        # NCCL_BLOCKING_WAIT=1 (1.8+): wait() raises "Work WorkNCCL(SeqNum=5, OpType=ALLREDUCE,
-        # ..., Timeout(ms)=60000) timed out in call to wait()."
+        # NCCL_BLOCKING_WAIT=1: wait() raises "Work WorkNCCL(SeqNum=5, OpType=ALLREDUCE, ...,
+        # Timeout(ms)=60000) timed out in call to wait()." (1.8-2.1), "... timed out in blocking
+        # wait (NCCL_BLOCKING_WAIT=1)." (2.2+)
         r"|Work WorkNCCL\((?:SeqNum=(?P<seq2>\d+), )?OpType=(?P<op2>\w+)[^)]*?"
-        r"Timeout\(ms\)=(?P<timeout_ms2>\d+)\) timed out in call to wait\(\))",
+        r"Timeout\(ms\)=(?P<timeout_ms2>\d+)\) timed out in (?:call to wait\(\)|blocking wait))",
         pgrank=int,
         seq2=int,
         timeout_ms2=int,
@@ -355,8 +357,14 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "watchdog_hang",
         ("Heartbeat monitor timed out", "watchdog got stuck for",
-         "due to ProcessGroupNCCL watchdog hang"),
+         "due to ProcessGroupNCCL watchdog hang", "NCCL monitor thread timeout",
+         "detects no heartbeat", "No PGNCCL's watchdog heartbeat"),
+        # 2.2: "[Rank 1] NCCL monitor thread timeout. Basically, this could be due to CUDA or NCCL
+        # calls being unexpectedly blocking, ...", "[Rank 1] monitoring thread detects no
+        # heartbeat and will finally kill the process!", "No PGNCCL's watchdog heartbeat detected"
         r"(?:Heartbeat monitor timed out!|watchdog got stuck for (?P<seconds>\d+) seconds"
+        r"|NCCL monitor thread timeout|monitoring thread detects no heartbeat"
+        r"|No PGNCCL's watchdog heartbeat detected"
         r"|Terminating the process after attempting to dump debug info, due to ProcessGroupNCCL "
         r"watchdog hang)",
         seconds=int,
@@ -383,8 +391,9 @@ PATTERNS: tuple[Pattern, ...] = (
     # for failure was: ..." (the reason, when given, is classified on its own).
     _p(
         "nccl_comm_aborted",
-        "NCCL communicator was aborted on rank",
-        r"NCCL communicator was aborted on rank (?P<rank>\d+)",
+        ("NCCL communicator was aborted on rank", "NCCL communicator encountered error set by"),
+        r"(?:NCCL communicator was aborted on rank (?P<rank>\d+)"
+        r"|NCCL communicator encountered error set by ProcessGroupNCCL: (?P<reason>.+))",
         rank=int,
     ),
     # The watchdog's periodic INFO (TORCH_CPP_LOG_LEVEL=INFO): how far this rank's PG got.
@@ -658,11 +667,13 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "backend_device_mismatch",
         ("No backend type associated with device type", "Tensors must be CUDA",
-         "unsupported device type", "doesn't have NCCL built in", "Tensors must be CPU"),
+         "unsupported device type", "doesn't have NCCL built in", "Tensors must be CPU",
+         "ProcessGroupNCCL is only supported with GPUs"),
         r"(?:No backend type associated with device type (?P<device>\w+)"
         r"|Tensors must be (?P<need>CUDA|CPU) and dense"
         r"|(?P<pg>ProcessGroup\w+)::(?P<op>\w+): unsupported device type (?P<device2>\w+)"
-        r"|Distributed package doesn't have NCCL built in)",
+        r"|Distributed package doesn't have NCCL built in"
+        r"|ProcessGroupNCCL is only supported with GPUs, no GPUs found)",
     ),
     # NCCL §3.3 / Gloo: no usable socket interface (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME).
     _p(
