@@ -9,6 +9,11 @@ skipped the last one. Then times, in fresh processes:
   (``collectives.analyze_frames``), in one process;
 * ``fr_trace``: ``python -m torch.distributed.flight_recorder.fr_trace DIR`` (needs torch).
 
+Both run in the same minute, one after the other, on the same files; each row reports the
+speed-up (fr_trace's time over ours) in wall time and in CPU time (user + sys, which other work
+on a shared machine inflates less), and the machine's load average before each run.
+
+    python benchmarks/bench_fr.py                        # 256 and 1024 ranks, side by side
     python benchmarks/bench_fr.py --ranks 1024 --entries 2000
     python benchmarks/bench_fr.py --ranks 4096 --entries 2000 --fr-trace-timeout 3600
     python benchmarks/bench_fr.py --ranks 1024 --no-fr-trace --breakdown 300   # ms per step
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import resource
 import shutil
@@ -181,9 +187,18 @@ def run_fr_trace(directory: Path, timeout: float, max_gb: float) -> dict[str, An
             "output": lines[:7], "tail": lines[-2:], "rss_mb": round(rss / 1024)}
 
 
+def speedup(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float | None]:
+    """fr_trace's time over ours, wall and CPU (None when fr_trace did not finish)."""
+    out: dict[str, float | None] = {}
+    for key, mine, other in (("wall", ours.get("wall_s"), theirs.get("wall_s")),
+                             ("cpu", ours.get("cpu_s"), theirs.get("cpu_s"))):
+        out[key] = round(other / mine, 1) if mine and other else None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ranks", type=int, nargs="+", default=[1024])
+    ap.add_argument("--ranks", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--entries", type=int, default=2000)
     ap.add_argument("--dir", type=Path, default=None, help="keep dumps here (default: a temp dir)")
     ap.add_argument("--no-fr-trace", action="store_true")
@@ -203,11 +218,14 @@ def main(argv: list[str] | None = None) -> int:
             size = sum(p.stat().st_size for p in d.iterdir())
             row: dict[str, Any] = {"ranks": ranks, "entries": args.entries, "culprit": culprit,
                                    "bytes": size, "generate_s": round(time.perf_counter() - t)}
+            row["load_before"] = round(os.getloadavg()[0], 2)
             row["ours"] = run_ours(d)
             if args.breakdown:
                 row["breakdown_ms"] = run_breakdown(d, args.breakdown)
             if not args.no_fr_trace:
+                row["load_before_fr_trace"] = round(os.getloadavg()[0], 2)
                 row["fr_trace"] = run_fr_trace(d, args.fr_trace_timeout, args.fr_trace_max_gb)
+                row["speedup"] = speedup(row["ours"], row["fr_trace"])
             print(json.dumps(row), flush=True)
             results.append(row)
     finally:
