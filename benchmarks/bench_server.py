@@ -122,9 +122,10 @@ def fill(db_url: str, n: int, seed: int = 0) -> float:
             with database.write() as conn:
                 conn.execute(t.incidents.insert(), batch)
             batch = []
-    if batch:
-        with database.write() as conn:
+    with database.write() as conn:
+        if batch:
             conn.execute(t.incidents.insert(), batch)
+        t.refresh_groups(conn)
     database.dispose()
     return time.perf_counter() - t0
 

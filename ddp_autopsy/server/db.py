@@ -20,6 +20,17 @@ from sqlalchemy.engine import Connection, Engine
 
 meta = sa.MetaData()
 
+
+def _group_columns() -> list[sa.Column[Any]]:
+    return [sa.Column("id", sa.String(32), primary_key=True),  # the fingerprint
+            sa.Column("version", sa.Integer, nullable=False),
+            sa.Column("cause", sa.String(64), nullable=False),
+            sa.Column("rule", sa.String(16), nullable=False),
+            sa.Column("template", sa.Text, nullable=False),
+            sa.Column("note", sa.Text),
+            sa.Column("created_at", sa.Float, nullable=False)]
+
+
 migrations_t = sa.Table(
     "schema_migrations", meta,
     sa.Column("version", sa.Integer, primary_key=True),
@@ -94,13 +105,11 @@ analyses = sa.Table(
 
 groups = sa.Table(
     "groups", meta,
-    sa.Column("id", sa.String(32), primary_key=True),  # the fingerprint
-    sa.Column("version", sa.Integer, nullable=False),
-    sa.Column("cause", sa.String(64), nullable=False),
-    sa.Column("rule", sa.String(16), nullable=False),
-    sa.Column("template", sa.Text, nullable=False),
-    sa.Column("note", sa.Text),
-    sa.Column("created_at", sa.Float, nullable=False),
+    *_group_columns(),
+    # v2: kept by refresh_groups() whenever an incident joins or leaves the group.
+    sa.Column("n", sa.Integer, nullable=False, default=0),
+    sa.Column("first_seen", sa.Float),
+    sa.Column("last_seen", sa.Float),
 )
 
 jobs = sa.Table(
@@ -128,12 +137,81 @@ tokens = sa.Table(
 MAX_ATTEMPTS = 3
 
 
+#: The groups table as version 1 made it (v2 added the counters).
+_groups_v1 = sa.Table("groups", sa.MetaData(), *_group_columns())
+
+
 def _v1(conn: Connection) -> None:
-    meta.create_all(conn, tables=[uploads, job_keys, incidents, analyses, groups, jobs, tokens])
+    meta.create_all(conn, tables=[uploads, job_keys, incidents, analyses, jobs, tokens])
+    _groups_v1.create(conn)
+
+
+def _v2(conn: Connection) -> None:
+    """Counters on the group row (the group list no longer aggregates every incident) and an
+    index for text search: SQLite FTS5 trigrams, PostgreSQL pg_trgm (when available)."""
+    have = {c["name"] for c in sa.inspect(conn).get_columns("groups")}
+    for col, ddl in (("n", "INTEGER NOT NULL DEFAULT 0"), ("first_seen", "FLOAT"),
+                     ("last_seen", "FLOAT")):
+        if col not in have:
+            conn.exec_driver_sql(f'ALTER TABLE "groups" ADD COLUMN {col} {ddl}')
+    conn.exec_driver_sql('CREATE INDEX IF NOT EXISTS ix_groups_last_seen ON "groups" (last_seen)')
+    refresh_groups(conn)
+    if conn.dialect.name == "sqlite":
+        try:
+            with conn.begin_nested():
+                for stmt in SQLITE_FTS:
+                    conn.exec_driver_sql(stmt)
+        except sa.exc.OperationalError:
+            pass  # an SQLite without FTS5 trigrams: text search scans
+    else:
+        try:
+            with conn.begin_nested():
+                conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+                conn.exec_driver_sql(
+                    "CREATE INDEX IF NOT EXISTS ix_incidents_evidence_trgm ON incidents "
+                    "USING gin (lower(evidence) gin_trgm_ops)")
+        except sa.exc.DBAPIError:
+            pass  # no pg_trgm (postgresql-contrib): text search scans
+
+
+SQLITE_FTS = [
+    "CREATE VIRTUAL TABLE incidents_fts USING fts5(evidence, content='incidents', "
+    "content_rowid='rowid', tokenize='trigram')",
+    "CREATE TRIGGER incidents_fts_ai AFTER INSERT ON incidents BEGIN "
+    "INSERT INTO incidents_fts(rowid, evidence) VALUES (new.rowid, new.evidence); END",
+    "CREATE TRIGGER incidents_fts_ad AFTER DELETE ON incidents BEGIN "
+    "INSERT INTO incidents_fts(incidents_fts, rowid, evidence) "
+    "VALUES ('delete', old.rowid, old.evidence); END",
+    "CREATE TRIGGER incidents_fts_au AFTER UPDATE OF evidence ON incidents BEGIN "
+    "INSERT INTO incidents_fts(incidents_fts, rowid, evidence) "
+    "VALUES ('delete', old.rowid, old.evidence); "
+    "INSERT INTO incidents_fts(rowid, evidence) VALUES (new.rowid, new.evidence); END",
+    "INSERT INTO incidents_fts(incidents_fts) VALUES ('rebuild')",
+]
+
+
+def refresh_groups(conn: Connection, ids: list[str] | None = None) -> None:
+    """Recompute the counters of the given groups (all when None) from their incidents."""
+    i, g = incidents, groups
+    mine = i.c.group_id == g.c.id
+    q = g.update().values(
+        n=sa.select(sa.func.count()).where(mine).scalar_subquery(),
+        first_seen=sa.select(sa.func.min(i.c.created_at)).where(mine).scalar_subquery(),
+        last_seen=sa.select(sa.func.max(i.c.created_at)).where(mine).scalar_subquery())
+    if ids is not None:
+        q = q.where(g.c.id.in_([x for x in ids if x]))
+    conn.execute(q)
+
+
+def has_text_index(conn: Connection) -> bool:
+    if conn.dialect.name == "sqlite":
+        return conn.exec_driver_sql(
+            "SELECT 1 FROM sqlite_master WHERE name = 'incidents_fts'").first() is not None
+    return False  # PostgreSQL's trigram index serves the plain LIKE
 
 
 #: (version, migration): applied in order, each in the transaction that records it.
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1)]
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

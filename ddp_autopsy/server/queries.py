@@ -79,9 +79,15 @@ def list_incidents(conn: Connection, f: Filters, page_size: int = PAGE_SIZE
     if f.until:
         q = q.where(i.c.created_at < _day(f.until, end=True))
     if f.q:
-        pat = f"%{_like(f.q.lower())}%"
-        q = q.where(sa.or_(sa.func.lower(i.c.evidence).like(pat, escape="\\"),
-                           sa.func.lower(i.c.summary).like(pat, escape="\\")))
+        # The evidence text holds every finding's summary and evidence lines.
+        if len(f.q) >= 3 and not set(f.q) & set("%_\\") and t.has_text_index(conn):
+            # SQLite FTS5 trigrams: the same case-insensitive substring match, indexed.
+            fts = sa.text("SELECT rowid FROM incidents_fts WHERE evidence LIKE :pat") \
+                .bindparams(pat=f"%{f.q}%")
+            q = q.where(sa.literal_column("incidents.rowid").in_(fts))
+        else:  # PostgreSQL: served by the pg_trgm index on lower(evidence) when present
+            pat = f"%{_like(f.q.lower())}%"
+            q = q.where(sa.func.lower(i.c.evidence).like(pat, escape="\\"))
     page = max(1, f.page)
     q = q.order_by(i.c.created_at.desc(), i.c.id.desc()).offset((page - 1) * page_size) \
         .limit(page_size + 1)
@@ -117,19 +123,15 @@ def analysis_row(a: Any) -> dict[str, Any]:
 
 def list_groups(conn: Connection, cause: str | None = None, page: int = 1,
                 page_size: int = PAGE_SIZE) -> tuple[list[dict[str, Any]], bool]:
-    i, g = t.incidents, t.groups
-    stats = (sa.select(i.c.group_id, sa.func.count().label("count"),
-                       sa.func.min(i.c.created_at).label("first_seen"),
-                       sa.func.max(i.c.created_at).label("last_seen"))
-             .where(i.c.group_id.is_not(None)).group_by(i.c.group_id).subquery())
-    q = sa.select(g, stats.c.count, stats.c.first_seen, stats.c.last_seen) \
-        .join(stats, stats.c.group_id == g.c.id)
+    g = t.groups
+    q = sa.select(g).where(g.c.n > 0)  # counters kept by db.refresh_groups
     if cause:
         q = q.where(g.c.cause == cause)
-    q = q.order_by(stats.c.last_seen.desc()).offset((max(1, page) - 1) * page_size) \
+    q = q.order_by(g.c.last_seen.desc(), g.c.id).offset((max(1, page) - 1) * page_size) \
         .limit(page_size + 1)
     rows = [dict(r) for r in conn.execute(q).mappings()]
     for r in rows:
+        r["count"] = r.pop("n")
         r["permalink"] = f"/groups/{r['id']}"
     return rows[:page_size], len(rows) > page_size
 
@@ -153,5 +155,6 @@ def get_group(conn: Connection, group_id: str) -> dict[str, Any] | None:
                                    sa.func.max(i.c.created_at))
                          .where(i.c.group_id == group_id)).one()
     hosts = sorted({h for m in incidents for h in m["hosts"]})
-    return {**dict(g), "count": stats[0], "first_seen": stats[1], "last_seen": stats[2],
-            "hosts": hosts, "incidents": incidents, "permalink": f"/groups/{group_id}"}
+    return {**{k: v for k, v in dict(g).items() if k != "n"}, "count": stats[0],
+            "first_seen": stats[1], "last_seen": stats[2], "hosts": hosts,
+            "incidents": incidents, "permalink": f"/groups/{group_id}"}

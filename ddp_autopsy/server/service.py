@@ -292,6 +292,8 @@ def analyse(settings: Settings, database: Database, store: Store, incident_id: s
                                              t.analyses.c.status == "done")
             .order_by(t.analyses.c.started_at.desc(), t.analyses.c.id.desc()).limit(1)).scalar()
         if current == aid:
+            old_group = conn.execute(sa.select(t.incidents.c.group_id).where(
+                t.incidents.c.id == incident_id)).scalar()
             pending = conn.execute(sa.select(t.jobs.c.id).where(
                 t.jobs.c.incident_id == incident_id, t.jobs.c.state == "queued")).first()
             conn.execute(t.incidents.update().where(t.incidents.c.id == incident_id).values(
@@ -301,4 +303,5 @@ def analyse(settings: Settings, database: Database, store: Store, incident_id: s
                 culprit_ranks=_delimited((verdict or {}).get("ranks") or []),
                 hosts=_delimited(hosts), evidence=_evidence_text(result),
                 group_id=fp.id, analysis_id=aid, user_name=_user_of(job)))
+            t.refresh_groups(conn, [fp.id, old_group])
     return int(aid)
