@@ -314,6 +314,63 @@ def test_broken_files_are_findings_not_crashes() -> None:
     assert fr.read_dump(cases["huge peer"], "x").entries["peer"].to_list() == [None]
 
 
+def _batch_cases() -> dict[str, bytes]:
+    """Dumps that differ in every way a batch must keep apart: groups, ops, shapes, p2p, keys
+    some entries lack, constants that differ between dumps (equal values of other types),
+    JSON, no entries, and the broken ones."""
+    def mixed(seq: int) -> dict[str, Any]:
+        e = nccl_entry(seq, op="send 0->1" if seq % 3 == 0 else "all_reduce", p2p=seq % 3 == 0,
+                       sizes=[[seq % 2 + 1]], pg=("1", "tp") if seq > 4 else ("0", "default_pg"),
+                       pg_id=int(seq > 4), state="started" if seq == 7 else "completed")
+        if seq % 2:
+            e["duration_ms"] = 1.5
+        return e
+
+    cases = {
+        "nccl_trace_rank_0": nccl_dump([nccl_entry(i) for i in range(1, 40)]),
+        "nccl_trace_rank_1": nccl_dump([mixed(i) for i in range(1, 9)]),
+        "nccl_trace_rank_2": nccl_dump([nccl_entry(i, timeout_ms=1000) for i in range(1, 30)]),
+        # True and 1.0 are equal but read differently: 1.0 is no boolean
+        "nccl_trace_rank_3": nccl_dump([nccl_entry(i, retired=1.0) for i in range(1, 5)]),  # type: ignore[arg-type]
+        "nccl_trace_rank_4": nccl_dump([nccl_entry(i, retired=True) for i in range(1, 5)]),
+        "nccl_trace_rank_5": nccl_dump([{**nccl_entry(1), "state": "done\ud800"}]),
+        "nccl_trace_rank_6": nccl_dump([nccl_entry(1, fmt="json")], fmt="json"),
+        "nccl_trace_rank_7": nccl_dump([]),
+        "nccl_trace_rank_8": b"",
+        "nccl_trace_rank_9": nccl_dump([nccl_entry(i, pg=("2", "dp"), pg_id=2)
+                                         for i in range(1, 12)]),
+        "nccl_trace_rank_10": nccl_dump([nccl_entry(i) for i in range(1, 40)])[:900],
+    }
+    return cases
+
+
+@pytest.mark.parametrize("batch", [1, 10, 60, fr.BATCH_ENTRIES])
+def test_a_batch_reads_as_its_dumps_one_by_one(batch: int) -> None:
+    """A reader builds one frame per batch of dumps; every dump's rows, groups and status are
+    what reading it alone gives, and a dump no column can hold fails alone."""
+    cases = _batch_cases()
+    alone = [fr.read_dump(data, name) for name, data in cases.items()]
+    with fr.DumpReader(batch_entries=batch) as reader:
+        together = [reader.add(data, name) for name, data in cases.items()]
+    for a, b in zip(alone, together, strict=True):
+        assert (a.source, a.status, a.error, a.groups) == (b.source, b.status, b.error, b.groups)
+        assert a.entries.equals(b.entries), a.source
+        assert a._pg_names == b._pg_names
+    status = {d.rank: d.status for d in together}
+    assert status[5] == "corrupt" and status[10] == "corrupt" and status[8] == "empty"
+    assert sum(d.ok for d in together) == 8
+    one, many = fr.build_frames(alone), fr.build_frames(together)
+    assert one.collectives.equals(many.collectives)
+    assert one.groups.equals(many.groups)
+    retired = many.collectives.filter(pl.col("rank").is_in([3, 4])).group_by("rank").agg(
+        pl.col("retired").unique())
+    assert dict(retired.iter_rows()) == {3: [None], 4: [True]}
+    rows = many.collectives.filter(pl.col("rank") == 1)
+    assert rows["peer"].to_list() == [None, None, 1, None, None, 1, None, None]
+    assert rows["pg_name"].to_list() == ["0"] * 4 + ["1"] * 4
+    assert rows["duration_ms"].to_list() == [1.5, None] * 4
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.data())
 def test_damaged_dumps_never_raise(data: st.DataObject) -> None:

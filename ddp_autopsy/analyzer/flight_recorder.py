@@ -668,6 +668,9 @@ def _column(name: str, dtype: Any, runs: list[_Runs], lengths: list[int], n: int
         if len(firsts) == 1 or (firsts.count(first) == len(firsts)
                                 and set(map(type, firsts)) == {type(first)}):
             return _repeat(name, build(name, firsts[:1], dtype), n)
+        # one value per dump: each dump's rows stay a slice of a shared buffer
+        return pl.concat([_repeat(name, build(name, [v], dtype), rows)
+                          for v, rows in zip(firsts, lengths, strict=True)])
     per_run = runs[0][0] if len(runs) == 1 else list(chain.from_iterable(v for v, _ in runs))
     s = build(name, per_run, dtype)
     if all(change is True for _, change in runs):
