@@ -358,13 +358,19 @@ PATTERNS: tuple[Pattern, ...] = (
         "watchdog_hang",
         ("Heartbeat monitor timed out", "watchdog got stuck for",
          "due to ProcessGroupNCCL watchdog hang", "NCCL monitor thread timeout",
-         "detects no heartbeat", "No PGNCCL's watchdog heartbeat"),
+         "detects no heartbeat", "No PGNCCL's watchdog heartbeat",
+         "detected no heartbeat of its watchdog",
+         "Monitor Thread is disabled, but would have killed"),
         # 2.2: "[Rank 1] NCCL monitor thread timeout. Basically, this could be due to CUDA or NCCL
         # calls being unexpectedly blocking, ...", "[Rank 1] monitoring thread detects no
         # heartbeat and will finally kill the process!", "No PGNCCL's watchdog heartbeat detected"
         r"(?:Heartbeat monitor timed out!|watchdog got stuck for (?P<seconds>\d+) seconds"
         r"|NCCL monitor thread timeout|monitoring thread detects no heartbeat"
         r"|No PGNCCL's watchdog heartbeat detected"
+        # 2.4+: "First PG on this rank that detected no heartbeat of its watchdog.", and with
+        # TORCH_NCCL_ENABLE_MONITORING=0 "PGNCCL Monitor Thread is disabled, but would have
+        # killed this job:"
+        r"|detected no heartbeat of its watchdog|Monitor Thread is disabled, but would have killed"
         r"|Terminating the process after attempting to dump debug info, due to ProcessGroupNCCL "
         r"watchdog hang)",
         seconds=int,
