@@ -308,19 +308,25 @@ def _prune(events: list[dict[str, Any]], state: _State, start: int) -> None:
                             if all(PATTERNS[i].kind in full for i in ids))
 
 
-#: Lines classified whatever their needles: traceback frames and exception lines.
-_UNSPENT = re.compile("|".join(map(re.escape, ('File "', *P.EXCEPTION_NEEDLES))))
+#: Lines classified whatever their needles: traceback frames and exception lines (a few
+#: substring tests beat one regex of them).
+_UNSPENT = ('File "', *P.EXCEPTION_NEEDLES)
 
 
 def _spent(found: frozenset[str], raw: str, state: _State) -> bool:
     """Whether a candidate can only give events of kinds that have their quota: then it is
     counted, not classified (10 GB of watchdog lines: the work per kind is bounded too)."""
     if not found or not found <= state.spent or state.elastic_section is not None \
-            or _UNSPENT.search(raw):
+            or any(n in raw for n in _UNSPENT):
         return False
-    kind = "/".join(sorted({p.kind for p in _patterns_for(found)}))
+    kind = _kinds(found)
     state.dropped[kind] = state.dropped.get(kind, 0) + 1
     return True
+
+
+@functools.lru_cache(maxsize=1024)
+def _kinds(found: frozenset[str]) -> str:
+    return "/".join(sorted({p.kind for p in _patterns_for(found)}))
 
 
 def _looks_binary(head: bytes) -> bool:
