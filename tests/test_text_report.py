@@ -88,3 +88,13 @@ def test_real_hang_prints_the_tree_and_points_at_the_outlier(
     assert re.fullmatch(r"evaluate  \S*stuck_in_eval\.py:\d+", outlier[-2])
     assert outlier[-1] == "● 1 here, evaluation (1 idle)"
     assert re.search(r"^Agent processes: pid \d+, 1 distinct stack", out, re.M)
+
+
+def test_the_per_rank_table_collapses_ranks_and_marks_the_culprit(tmp_path: Path) -> None:
+    out = analyze_cli(write_hang(tmp_path / "hang", world=6, odd=2))
+    lines = out.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("Ranks (")))
+    assert lines[start].startswith("Ranks (6")
+    rows = lines[start + 1:start + 3]
+    assert re.match(r"^  rank 2 +busy +.*train\.py", rows[0]), rows  # the culprit first
+    assert re.match(r"^  ranks 0-1,3-5 +failed +all_reduce #12", rows[1]), rows

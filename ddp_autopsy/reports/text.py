@@ -12,20 +12,14 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
+from ddp_autopsy.reports import wording
 from ddp_autopsy.reports.termsafe import termsafe
-from ddp_autopsy.rules.base import Finding, format_ranks
+from ddp_autopsy.rules.base import Finding
 from ddp_autopsy.rules.engine import Analysis
-
-ROLE_LABEL = {"root_cause": "root cause", "symptom": "symptom", "info": "info"}
 
 
 def _who(f: Finding) -> str:
-    parts = []
-    if f.ranks:
-        parts.append(f"rank{'s' if len(f.ranks) > 1 else ''} {format_ranks(f.ranks)}")
-    if f.hosts:
-        parts.append(f"host{'s' if len(f.hosts) > 1 else ''} {', '.join(f.hosts[:6])}")
-    return termsafe(" · ".join(parts))
+    return termsafe(wording.who(f))
 
 
 def _evidence(console: Console, f: Finding, indent: str, limit: int = 3) -> None:
@@ -75,15 +69,15 @@ def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = N
         console.print()
         console.print(Text("Other findings", style="bold"))
         for f in others:
-            label = ROLE_LABEL[f.role]
-            if f.role == "symptom" and f.explained_by:
-                label = f"symptom of {f.explained_by}"
+            label = wording.role_label(f)
             line = Text(f"  {f.id} ")
             line.append(f"[{label}] ", style="yellow" if f.role == "symptom" else "magenta")
             line.append(termsafe(f.summary))
             line.append(f"  ({f.rule} {f.slug})", style="dim")
             console.print(line, soft_wrap=True)
             _evidence(console, f, "       ", limit=1)
+
+    _ranks(console, analysis)
 
     if job.stacks.height:
         from ddp_autopsy.reports import stacks_text
@@ -98,10 +92,35 @@ def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = N
         for note in job.notes:
             console.print(Text(termsafe(f"  {note.path}: {note.message}")), soft_wrap=True)
         for o in skipped:
-            if o.status == "not_evaluated":
-                missing = ", ".join(o.missing)
-                msg = f"  {o.rule} {o.slug}: not evaluated (no {missing} in the inputs)"
-            else:
-                last = (o.error or "").strip().splitlines()[-1:] or ["?"]
-                msg = f"  {o.rule} {o.slug}: rule failed ({last[0]}); the other rules ran"
+            msg = f"  {o.rule} {o.slug}: {wording.not_examined(o)}"
             console.print(Text(termsafe(msg), style="dim"), soft_wrap=True)
+
+
+def _ranks(console: Console, analysis: Analysis, limit: int = 12) -> None:
+    """The per-rank table, ranks that share a row collapsed into ranges."""
+    from ddp_autopsy.reports.ranktable import groups
+
+    table = analysis.job.rank_state
+    if table.height == 0:
+        return
+    verdict = analysis.verdict
+    rows = groups(table, culprits=verdict.ranks if verdict else ())
+    world = analysis.job.world_size
+    console.print()
+    console.print(Text(f"Ranks ({table.height:,}" + (f" of world size {world:,})" if world
+                                                     else ")"), style="bold"))
+    labels = [f"{'rank' if g.count == 1 else 'ranks'} {g.ranks}" for g in rows[:limit]]
+    width = min(32, max(map(len, labels)) + 2)
+    for g, label in zip(rows[:limit], labels, strict=False):
+        line = Text("  ")
+        line.append(termsafe(label).ljust(width), style="bold red" if g.culprit else "")
+        line.append(f"{g.state:8s}", style="red" if g.culprit else "dim")
+        line.append(termsafe(f"  {g.doing}" if g.doing else ""))
+        if g.host:
+            line.append(termsafe(f"  on {g.host}"), style="dim")
+        if g.last_line:
+            line.append(termsafe(f"  last: {' '.join(g.last_line.split())[:100]}"), style="dim")
+        console.print(line, soft_wrap=True)
+    if len(rows) > limit:
+        console.print(Text(f"  … {len(rows) - limit} more rows (--format json has them all)",
+                           style="dim"))

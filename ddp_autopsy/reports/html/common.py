@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from markupsafe import Markup, escape
 
-from ddp_autopsy.analyzer.stacktree import short_ranks
 from ddp_autopsy.redact import redact_text
 
 LINE_LIMIT = 400  # characters of one log line shown
@@ -72,14 +70,3 @@ def script_json(obj: Any) -> Markup:
     s = s.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     s = s.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
     return Markup(s)
-
-
-def who_phrase(ranks: Sequence[int], hosts: Sequence[str]) -> str:
-    parts = []
-    if ranks:
-        parts.append(f"rank{'s' if len(ranks) > 1 else ''} {short_ranks(ranks, 12)}")
-    if hosts:
-        shown = ", ".join(clean(h, 80) for h in hosts[:6])
-        more = f" +{len(hosts) - 6}" if len(hosts) > 6 else ""
-        parts.append(f"host{'s' if len(hosts) > 1 else ''} {shown}{more}")
-    return " · ".join(parts)

@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 from markupsafe import Markup
 
+from ddp_autopsy.reports import wording
 from ddp_autopsy.reports.html.common import (
     CONTEXT_MAX_BYTES,
     CONTEXT_RADIUS,
@@ -19,7 +20,6 @@ from ddp_autopsy.reports.html.common import (
     clean,
     code_spans,
     doc_html,
-    who_phrase,
 )
 from ddp_autopsy.rules.base import Evidence, Finding
 from ddp_autopsy.rules.engine import get_rule
@@ -159,7 +159,6 @@ class ContextReader:
         return out, "stack"
 
 
-ROLE_LABEL = {"root_cause": "root cause", "symptom": "symptom", "info": "info"}
 
 
 def finding_view(f: Finding, reader: ContextReader) -> FindingView:
@@ -183,13 +182,11 @@ def finding_view(f: Finding, reader: ContextReader) -> FindingView:
         for name in ("What it detects", "Why it hangs or kills the job", "Evidence"):
             if sections.get(name):
                 doc.append((name, doc_html(sections[name])))
-    role_label = ROLE_LABEL.get(f.role, f.role)
-    if f.role == "symptom" and f.explained_by:
-        role_label = f"symptom of {f.explained_by}"
+    role_label = wording.role_label(f)
     return FindingView(
         id=f.id, rule=f.rule, slug=f.slug, title=rule.title() if rule else f.slug,
         cause=f.cause, role=f.role, role_label=role_label, severity=f.severity,
-        summary=clean(f.summary, 2000), who=who_phrase(sorted(set(f.ranks)), sorted(set(f.hosts))),
+        summary=clean(f.summary, 2000), who=wording.who(f, lambda h: clean(h, 80)),
         time=f.ts.isoformat(sep=" ") if f.ts else None,
         confidence=round(f.confidence * 100), remedy=code_spans(clean(f.remedy, 2000)),
         explained_by=f.explained_by, evidence=evidence, blocks=blocks, details=details,
