@@ -92,6 +92,9 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("listen_failed", "torch.distributed.DistNetworkError: The server socket has failed to listen "
      "on any local network address. The server socket has failed to bind to 10.0.0.9:29500 "
      "(errno: 99 - Cannot assign requested address).", {"errno": 99}),
+    ("listen_failed", "torch.distributed.DistStoreError: The server socket has failed to bind. "
+     "useIpv6: 0, code: -99, name: EADDRNOTAVAIL, message: address not available",
+     {"errno": 99}),  # libuv store
     ("port_in_use", "ConnectionError: Tried to launch distributed communication on port `29500`, "
      "but another process is utilizing it.", {"port": 29500}),
     ("unresolved_host", "ValueError: host not found: Name or service not known",

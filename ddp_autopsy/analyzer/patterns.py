@@ -83,12 +83,17 @@ PATTERNS: tuple[Pattern, ...] = (
     # before it is a retry (IPv6 off gives errno 97 on healthy hosts), so only this line counts.
     _p(
         "listen_failed",
-        ("failed to listen on any local network address", "has failed to accept a connection"),
-        r"(?:failed to listen on any local network address"
+        ("failed to listen on any local network address", "has failed to accept a connection",
+         "The server socket has failed to bind. ", "Failed to accept socket. "),
+        # libuv store (2.4+): "The server socket has failed to bind. useIpv6: 0, code: -99,
+        # name: EADDRNOTAVAIL, message: address not available" (not its IPv6 attempt, logged
+        # as "Failed to bind to ipv6 address, trying ipv4. Error: ...")
+        r"^(?!.*trying ipv4)(?:.*?(?:failed to listen on any local network address"
+        r"|The server socket has failed to bind\. )"
         r"(?!.*(?:errno: 98|EADDRINUSE|[Aa]ddress already in use))"
         # the store's server socket broke later: "... has failed to accept a connection (errno:
-        # 24 - Too many open files)."
-        r"|has failed to accept a connection)"
+        # 24 - Too many open files)", libuv: "Failed to accept socket. code: -24, name: EMFILE"
+        r"|.*?(?:has failed to accept a connection|Failed to accept socket\. ))"
         r"(?:.*?(?:errno: |code: -)(?P<errno>\d+))?(?:.*?(?: - |message: )(?P<err>[^.)]+))?",
         errno=int,
     ),
