@@ -49,8 +49,9 @@ from ddp_autopsy.analyzer.flight_recorder import (
 #: Below these the helper's start (~0.2 s) and the frame transfer cost more than they save.
 MIN_FILES = 32
 MIN_BYTES = 48 << 20
-#: The helper claims this many dumps at a time from the back.
-BATCH = 8
+#: The helper claims this many dumps at a time from the back: where the two ends meet, the
+#: caller waits for at most this many (its frames are built in batches all the same).
+BATCH = 2
 _CLAIMS = struct.Struct("<qq")  # next index the caller takes, lowest index the helper took
 
 
@@ -166,7 +167,7 @@ def _collect(proc: subprocess.Popen[bytes], workdir: Path, n: int) -> dict[int, 
     # Its last claim is at most one batch: reading BATCH dumps and writing the frame takes
     # well under a second; a stalled helper is abandoned rather than waited for.
     try:
-        code = proc.wait(timeout=30 + BATCH * 2)
+        code = proc.wait(timeout=30 + BATCH * 5)
     except subprocess.TimeoutExpired:
         return {}
     if code != 0:
@@ -241,4 +242,9 @@ def helper_main(workdir: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(helper_main(Path(sys.argv[1])))
+    status = helper_main(Path(sys.argv[1]))
+    # Its results are on disk: skip the interpreter's teardown (freeing every object and
+    # polars' thread pool), which the caller would wait for.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
