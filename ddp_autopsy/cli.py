@@ -125,7 +125,10 @@ def analyze(paths: tuple[Path, ...], fmt: str, html_path: Path | None, color: bo
     if html_path:
         _write_html(analysis, html_path)
         if fmt == "text":
-            click.echo(f"\nHTML report: {html_path}")
+            from ddp_autopsy.analyzer.sources import shown
+            from ddp_autopsy.reports.termsafe import termsafe
+
+            click.echo("\n" + termsafe(f"HTML report: {shown(html_path)}"))
 
 
 @main.command()

@@ -207,8 +207,8 @@ def _dir_entry(root: Path, real_root: str, entry: os.DirEntry[str], subdirs: lis
         if entry.is_symlink():
             target = os.path.realpath(full)
             if not _inside(target, real_root):
-                notes.append(InputNote(shown(full), "symlink to a file outside the input "
-                                                    "directory, not followed"))
+                notes.append(InputNote(shown(full), "symlink to outside the input directory, "
+                                                    "not followed"))
                 return None
             st = os.stat(target)  # a loop or dangling link raises
             if stat.S_ISDIR(st.st_mode):
