@@ -152,7 +152,9 @@ def classify(line: str) -> list[str]:
 
 def extract_nccl(git: Path) -> list[dict]:
     """Every WARN format in NCCL's src/ per release, with versions, example and kind."""
-    from ddp_autopsy.analyzer.patterns import TAGS
+    from ddp_autopsy.analyzer.patterns import NCCL_ADVISORY, TAGS
+
+    advisory = re.compile(NCCL_ADVISORY)
 
     found: dict[str, dict] = {}
     for tag in _tags(git):
@@ -178,6 +180,8 @@ def extract_nccl(git: Path) -> list[dict]:
                  "versions": f"NCCL {ver(e['first'])}–{ver(e['last'])}", "example": example}
         if failing:
             entry["kind"] = failing[0]
+        elif advisory.search(fill(fmt)):
+            entry["ignored"], entry["why"] = True, "advisory: NCCL degrades and goes on"
         else:
             entry["ignored"], entry["why"] = True, "no failure event (check this format)"
         entries.append(entry)

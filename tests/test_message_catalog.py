@@ -54,7 +54,9 @@ def test_curated_example_becomes_its_kind(entry: dict) -> None:
 
 @pytest.mark.parametrize("entry", NCCL, ids=[f"nccl-warn-{i}" for i in range(len(NCCL))])
 def test_every_nccl_warn_format_is_classified(entry: dict) -> None:
-    assert not entry.get("ignored"), f"no failure event for {entry['example']!r}"
+    """A failure kind, or ignored only as an advisory (NCCL falls back and goes on)."""
+    if entry.get("ignored"):
+        assert entry["why"].startswith("advisory"), f"unclassified: {entry['example']!r}"
     check(entry)
 
 

@@ -230,9 +230,8 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      {"want": 1048576, "got": 524288}),
     ("cuda_failure", "gpu1:1:1 [1] transport/p2p.cc:169 NCCL WARN failed to open CUDA IPC handle : "
      "217 peer access is not supported between these two devices", {"code": 217}),
-    ("nccl_warn", "gpu1:1:1 [0] graph/search.cc:1081 NCCL WARN Could not find a path for pattern "
-     "4, falling back to simple order", {"msg": "Could not find a path for pattern 4, falling back "
-     "to simple order"}),
+    ("nccl_warn", "gpu1:1:1 [0] graph/rings.cc:47 NCCL WARN Error : ring 3 does not loop back to "
+     "start (5 != 0)", {"msg": "Error : ring 3 does not loop back to start (5 != 0)"}),
     ("nccl_version_mismatch", "gpu1:1:1 [0] dev_runtime.cc:1444 NCCL WARN NCCL library is not "
      "backwards compatible. This application was compiled with NCCL version 2.29.7", {}),
     ("nccl_error", "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"

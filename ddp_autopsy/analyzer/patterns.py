@@ -829,10 +829,17 @@ class Fallback(Pattern):
         return super().match(body)
 
 
+#: NCCL WARNs that say NCCL degrades and goes on (an optional feature or library is missing, a
+#: setting is ignored): printed by healthy jobs, so never a failure by themselves.
+NCCL_ADVISORY = (r"falling back|as fallback|[Ii]gnoring|[Ss]kipping|disabling|is disabled|instead$"
+                 r"|Could not find real path|Failed to open libibverbs|not supported on this system"
+                 r"|not supported prior to CUDA")
+
 # Any other NCCL WARN (NCCL has ~1000 WARN formats across 2.3-2.30: docs/messages.md): a failure
 # NCCL reported that no specific pattern reads.
 PATTERNS = (*PATTERNS, Fallback(
-    "nccl_warn", ("NCCL WARN ",), re.compile(r"NCCL WARN (?P<msg>\S.*)"),
+    "nccl_warn", ("NCCL WARN ",),
+    re.compile(rf"NCCL WARN (?!.*(?:{NCCL_ADVISORY}))(?P<msg>\S.*)"),
     known=tuple(p for p in PATTERNS if p.kind not in _CONTEXT_KINDS)))
 
 #: Literal needles of every pattern, for the vectorised pre-filter.
