@@ -674,7 +674,7 @@ def _tail_has_failure(member: Member) -> bool:
     if member.path is None:
         return False
     try:
-        with open_regular(member.path) as fh:
+        with open_regular(member.path, follow=False) as fh:  # a listed file or link target
             if (member.size or 0) > TAIL_BYTES:
                 fh.seek(-TAIL_BYTES, os.SEEK_END)
             tail = fh.read(TAIL_BYTES)
