@@ -252,8 +252,8 @@ class ScanStats:
 
 #: A hard-wrapped message is joined over at most this many physical lines.
 MAX_JOINED = 3
-#: Per-block last lines of each writer are reduced to one per writer every this many blocks.
-TAIL_BATCH = 16
+#: Writer names whose last line is kept unparsed; beyond, they are parsed and the names dropped.
+TAIL_NAMES = 20_000
 
 
 @dataclass
@@ -261,8 +261,8 @@ class _State:
     prefix: FilePrefix = NO_PREFIX
     #: Per (stream, rank): the last non-blank line (line, text, its LineInfo).
     last: dict[tuple[Any, Any], tuple[int, str, LineInfo]] = field(default_factory=dict)
-    #: Blocks' last lines per writer name (line, text, key), not yet parsed.
-    tails: list[pl.DataFrame] = field(default_factory=list)
+    #: Per writer name (``lines.WriterKey``): its last line so far (line, text), unparsed.
+    tails: dict[str, tuple[int, str]] = field(default_factory=dict)
     #: The block being classified: its first line's number - 1 and its lines (continuations).
     block_start: int = 0
     block_text: pl.Series | None = None
@@ -436,7 +436,7 @@ class _Sifted:
     prefix: FilePrefix | None  # decided on a file's first block
     replaced: bool
     opens: bool = False  # a failure summary opens here: its context lines are in candidates
-    tails: pl.DataFrame | None = None  # the last line of each writer name: line, text, key
+    tails: list[tuple[int, str, str]] = field(default_factory=list)  # see _tails
 
 
 #: polars decompresses bytes that start like gzip, zlib or zstd: a block of text that starts so
@@ -457,12 +457,11 @@ def _read_lines(block: bytes) -> tuple[pl.DataFrame, bool]:
 
 
 def _lines(block: bytes) -> tuple[pl.DataFrame, bool]:
-    """A block's lines (see :func:`_read_lines`), ANSI escapes and CRLF endings undone."""
+    """A block's lines (see :func:`_read_lines`), ANSI escapes stripped (a CRLF ending's "\\r" is
+    left to the lines read in Python: stripped, or split at by :func:`lines.segments`)."""
     frame, replaced = _read_lines(block)
     if b"\x1b" in block:
         frame = frame.with_columns(pl.col("text").str.replace_all(ANSI, ""))
-    if b"\r" in block:
-        frame = frame.with_columns(pl.col("text").str.strip_chars_end("\r"))
     return frame, replaced
 
 
@@ -505,32 +504,32 @@ TAIL_LOOKBACK = 64
 #: A block's lines are named by their first characters (``WriterKey.quick``), by their exact
 #: writer prefixes when that leaves more than this many names (many unprefixed lines).
 QUICK_TAILS = 512
-TAIL_SCHEMA = {"line": pl.Int64, "text": pl.String, "key": pl.String}
 
 
-def _tails(frame: pl.DataFrame, writers: WriterKey | None) -> pl.DataFrame:
-    """The last non-blank line of each writer name in ``frame`` (line 0-based in the block)."""
+def _tails(frame: pl.DataFrame, writers: WriterKey | None) -> list[tuple[int, str, str]]:
+    """The last non-blank line of each writer name in ``frame``: (line 0-based in the block,
+    text, name), in line order."""
     if writers is None:  # one name: the block's last non-blank line
         text = frame["text"]
         for i in range(text.len() - 1, max(-1, text.len() - 1 - TAIL_LOOKBACK), -1):
             if (value := text[i]) and value.strip(BLANK):
-                return pl.DataFrame({"line": [i], "text": [value], "key": [""]},
-                                    schema=TAIL_SCHEMA)
+                return [(i, value, "")]
         if text.len() <= TAIL_LOOKBACK:
-            return pl.DataFrame(schema=TAIL_SCHEMA)
-        return (frame.filter(pl.col("text").str.contains(r"[^ \t\r]")).tail(1)
-                .select(pl.col("line").cast(pl.Int64), "text", key=pl.lit("")))
-    if writers.width is not None:  # empty lines left out: their name "" is the one above
-        tails = _last_of_each(frame.filter(pl.col("text").str.len_bytes() > 0), writers.quick())
+            return []
+        return [(i, value, "") for i, value in
+                frame.filter(pl.col("text").str.contains(r"[^ \t\r]")).tail(1).iter_rows()]
+    if writers.width is not None:
+        # Empty lines are left out after the fact: their name "" is no other line's.
+        tails = _last_of_each(frame, writers.quick(), pl.col("text").str.len_bytes() > 0)
         if tails.height <= QUICK_TAILS:
-            return tails
-    return _last_of_each(frame, writers.exact())
+            return tails.rows()
+    return _last_of_each(frame, writers.exact(), pl.lit(True)).rows()
 
 
-def _last_of_each(frame: pl.DataFrame, key: pl.Expr) -> pl.DataFrame:
+def _last_of_each(frame: pl.DataFrame, key: pl.Expr, keep: pl.Expr) -> pl.DataFrame:
     return (frame.lazy().with_columns(key.alias("key"))
-            .filter(pl.col("key").is_not_null() & pl.col("key").is_last_distinct())
-            .select(pl.col("line").cast(pl.Int64), "text", "key").collect())
+            .filter(pl.col("key").is_not_null() & pl.col("key").is_last_distinct() & keep)
+            .select("line", "text", "key").collect())
 
 
 def _with_context(cands: pl.DataFrame, frame: pl.DataFrame) -> pl.DataFrame:
@@ -616,12 +615,11 @@ def scan_text(
             for line, raw, found in _found(cands):
                 if state.spent and _spent(found, raw, state):
                     continue
-                _classify(line_no + line + 1, raw, found, ctx, state, events)
+                _classify(line_no + line + 1, raw.rstrip("\r"), found, ctx, state, events)
                 if len(events) > state.prune_at + MAX_EVENTS_PER_KIND:  # mid-block too
                     _prune(events, state, state.prune_at)
                     state.prune_at = len(events)
-            if sifted.tails is not None and sifted.tails.height:
-                _keep_tails(state, sifted.tails.with_columns(pl.col("line") + line_no + 1))
+            _keep_tails(state, sifted.tails, line_no + 1, ctx)
             if len(events) > state.prune_at + MAX_EVENTS_PER_KIND:
                 _prune(events, state, state.prune_at)
                 state.prune_at = len(events)
@@ -825,6 +823,7 @@ def _continued(pat: P.Pattern, line: int, raw: str, body: str, ctx: FileContext,
     start = line - state.block_start  # the next line's index in the block
     exact = spaced = body
     for n, cont in enumerate(text[start: start + MAX_JOINED - 1].to_list(), 1):
+        cont = cont.rstrip("\r")
         if not cont or cont.isspace() or _own_line(cont, ctx, state):
             break
         exact, spaced = exact + cont, spaced.rstrip() + " " + cont.strip()
@@ -859,26 +858,28 @@ def _note_last(state: _State, line: int, text: str, info: LineInfo) -> None:
         state.last[key] = (line, text, info)
 
 
-def _keep_tails(state: _State, tails: pl.DataFrame) -> None:
-    state.tails.append(tails)
-    if len(state.tails) >= TAIL_BATCH:
-        state.tails = [_reduced(state.tails)]
+def _keep_tails(state: _State, tails: list[tuple[int, str, str]], first: int,
+                ctx: FileContext) -> None:
+    """Keep a block's last lines per writer name (``first``: the block's first line number)."""
+    for line, text, key in tails:
+        state.tails[key] = (first + line, text)
+    if len(state.tails) > TAIL_NAMES:  # names by first characters of many unprefixed lines
+        _parse_tails(state, ctx)
 
 
-def _reduced(parts: list[pl.DataFrame]) -> pl.DataFrame:
-    """The last line of each writer name over several blocks."""
-    return pl.concat(parts).filter(pl.col("key").is_last_distinct())
+def _parse_tails(state: _State, ctx: FileContext) -> None:
+    for line, text in sorted(state.tails.values()):
+        if line in state.joined:
+            continue
+        for piece in segments(text):
+            _note_last(state, line, piece, parse_line(piece, ctx.reference, state.prefix))
+    state.tails.clear()
 
 
 def _last_lines(state: _State, ctx: FileContext, events: list[dict[str, Any]]) -> None:
     """One ``last_line`` event per writer (stream and rank as its prefixes say): its last
     non-blank message, a progress bar included (``data.progress``)."""
-    if state.tails:
-        for line, text, _ in _reduced(state.tails).sort("line").iter_rows():
-            if line in state.joined:
-                continue
-            for piece in segments(text):
-                _note_last(state, line, piece, parse_line(piece, ctx.reference, state.prefix))
+    _parse_tails(state, ctx)
     for line, text, info in sorted(state.last.values(), key=lambda x: x[0]):
         events.append(_row("last_line", line, info, ctx, text, {"progress": is_progress(text)}))
 
