@@ -11,6 +11,9 @@ Modes:
   crash       rank 1 raises an exception at step 3
   quiet       healthy: every rank evaluates (sleeps, prints nothing) ``--quiet-s`` seconds,
               twice, between training steps, then the job ends with exit code 0
+  healthy     (benchmarks) trains for ``--duration`` seconds: every 100 steps an evaluation of
+              ``--quiet-s`` seconds on every rank, then a slow checkpoint (rank 0 writes for
+              ``--quiet-s / 2`` seconds while the others wait in ``barrier``)
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ class Shard(torch.utils.data.Dataset):
         self.rank, self.stall = rank, stall
 
     def __len__(self) -> int:
-        return 1000
+        return 1_000_000
 
     def __getitem__(self, index: int) -> torch.Tensor:
         if self.stall and self.rank == 1 and index == STALL_AT:
@@ -51,12 +54,25 @@ def evaluate(seconds: float) -> None:
         time.sleep(0.2)
 
 
-def train(rank: int, world: int, mode: str, quiet_s: float) -> None:
+def checkpoint(rank: int, seconds: float) -> None:
+    if rank == 0:
+        import tempfile
+
+        with tempfile.TemporaryFile() as fh:
+            end = time.time() + seconds
+            while time.time() < end:
+                fh.write(b"\0" * 65536)
+                time.sleep(0.5)
+    dist.barrier()
+
+
+def train(rank: int, world: int, mode: str, quiet_s: float, duration: float = 0.0) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world,
                             timeout=timedelta(seconds=600))
     other = dist.new_group(list(range(world))) if mode == "deadlock" else None
     loader = torch.utils.data.DataLoader(Shard(rank, mode == "dataloader"), batch_size=1,
                                          num_workers=0)
+    started = time.time()
     for step, batch in enumerate(loader):
         time.sleep(0.2)  # compute
         if step == STALL_AT:
@@ -82,25 +98,33 @@ def train(rank: int, world: int, mode: str, quiet_s: float) -> None:
         print(f"step={step} rank={rank} value={batch.sum().item()}", flush=True)
         if mode == "quiet" and step == 12:
             break
+        if mode == "healthy" and step % 100 == 99:
+            evaluate(quiet_s)
+            checkpoint(rank, quiet_s / 2)
+        if mode == "healthy" and time.time() - started > duration:
+            break
     dist.destroy_process_group()
 
 
-def _spawned(index: int, world: int, mode: str, quiet_s: float) -> None:
-    train(index, world, mode, quiet_s)
+def _spawned(index: int, world: int, mode: str, quiet_s: float, duration: float) -> None:
+    train(index, world, mode, quiet_s, duration)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["dataloader", "barrier0", "deadlock", "crash", "quiet"])
+    parser.add_argument("mode", choices=["dataloader", "barrier0", "deadlock", "crash", "quiet",
+                                         "healthy"])
     parser.add_argument("--spawn", type=int, default=0, help="mp.spawn this many ranks")
     parser.add_argument("--quiet-s", type=float, default=6.0)
+    parser.add_argument("--duration", type=float, default=300.0)
     args = parser.parse_args()
     if args.spawn:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        torch.multiprocessing.spawn(_spawned, args=(args.spawn, args.mode, args.quiet_s),
+        torch.multiprocessing.spawn(_spawned, args=(args.spawn, args.mode, args.quiet_s, args.duration),
                                     nprocs=args.spawn)
     else:
-        train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args.mode, args.quiet_s)
+        train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args.mode, args.quiet_s,
+              args.duration)
 
 
 if __name__ == "__main__":
