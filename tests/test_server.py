@@ -41,7 +41,8 @@ CORPUS = TESTS / "corpus"
 HOST = socket.gethostname()
 PROBE = '<script>alert("ddpa")</script><img src=x onerror=alert(2)>'
 
-pytestmark = pytest.mark.scenario("stuck_in_eval", "stuck_in_dataloader")
+#: Tests that use the hung jobs' bundles (the session queues these scenarios early).
+HUNG = pytest.mark.scenario("stuck_in_eval", "stuck_in_dataloader")
 
 
 # --- real hung jobs ------------------------------------------------------------------------
@@ -150,6 +151,7 @@ def uploaded(server: sh.Server, hung: dict[str, Path]) -> dict[str, dict[str, An
 # --- uploads, permalinks, groups, search ---------------------------------------------------
 
 
+@HUNG
 def test_three_hung_jobs_get_stable_permalinks(server: sh.Server, hung: dict[str, Path],
                                                uploaded: dict[str, dict[str, Any]]) -> None:
     ids = {k: v["incident"] for k, v in uploaded.items()}
@@ -186,6 +188,7 @@ def test_three_hung_jobs_get_stable_permalinks(server: sh.Server, hung: dict[str
         assert any(n.endswith("/manifest.json") for n in tar.getnames())
 
 
+@HUNG
 def test_groups_count_repeats_of_one_failure(server: sh.Server,
                                              uploaded: dict[str, dict[str, Any]]) -> None:
     groups = httpx.get(f"{server.url}/api/v1/groups").json()["groups"]
@@ -217,6 +220,7 @@ def _ids(server: sh.Server, **params: Any) -> set[str]:
     return {i["id"] for i in r.json()["incidents"]}
 
 
+@HUNG
 def test_search_by_rank_host_text_and_filters(server: sh.Server,
                                               uploaded: dict[str, dict[str, Any]]) -> None:
     ea, eb, ld = (uploaded[k]["incident"] for k in ("eval_a", "eval_b", "loader"))
@@ -243,6 +247,7 @@ def test_search_by_rank_host_text_and_filters(server: sh.Server,
     assert ld in page and ea not in page
 
 
+@HUNG
 def test_reanalysis_keeps_the_old_result(server: sh.Server,
                                          uploaded: dict[str, dict[str, Any]]) -> None:
     iid = uploaded["loader"]["incident"]
@@ -360,6 +365,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
+@HUNG
 def test_pages_in_chromium(backend: Backend, server: sh.Server,
                            uploaded: dict[str, dict[str, Any]], probe: dict[str, Any]) -> None:
     """List, filters, an incident (its post-mortem in the frame), a group; markup stays text."""
@@ -451,7 +457,7 @@ def test_killed_mid_analysis_loses_nothing(backend: Backend) -> None:
 def test_two_processes_share_one_database(backend: Backend, server: sh.Server) -> None:
     """Two servers on one index: an upload to one is read from the other, once, analysed once."""
     a = server
-    b = backend.again(a).start()
+    b = backend.again(a).start("--writes-per-minute", "3")
     try:
         logs = [CORPUS / "pt-001" / "train.log", CORPUS / "eco-001" / "train.log",
                 CORPUS / "eco-002" / "train.log"]
@@ -465,6 +471,12 @@ def test_two_processes_share_one_database(backend: Backend, server: sh.Server) -
             assert len(inc["analyses"]) == 1  # claimed by exactly one worker
         assert {i["id"] for i in httpx.get(f"{a.url}/api/v1/incidents").json()["incidents"]} \
             >= set(ids)
+        # b took two writes; its limit is three a minute per client.
+        assert b.upload(logs[1], "again.log").status_code == 200
+        limited = b.upload(logs[1], "again.log")
+        assert limited.status_code == 429 and limited.headers["retry-after"] == "60"
+        assert "writes a minute" in limited.json()["error"]["message"]
+        assert a.upload(logs[1], "again.log").status_code == 200  # a limit per process
     finally:
         b.stop()
 
@@ -489,8 +501,7 @@ def test_nodes_of_one_job_join_one_incident(server: sh.Server) -> None:
     assert {"nodeA", "nodeB"} <= set(inc["hosts"])
 
 
-def test_migrations_are_versioned(server: sh.Server, uploaded: dict[str, dict[str, Any]]
-                                  ) -> None:
+def test_migrations_are_versioned(server: sh.Server) -> None:
     from ddp_autopsy.server.db import SCHEMA_VERSION
 
     health = httpx.get(f"{server.url}/healthz").json()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
@@ -45,14 +46,18 @@ class LocalStore:
     def put_file(self, key: str, path: Path) -> None:
         dest = self._path(key)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(dest.name + f".{os.getpid()}.part")
-        shutil.copyfile(path, tmp)
+        tmp = dest.with_name(dest.name + f".{os.getpid()}.{threading.get_ident()}.part")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(path, tmp)  # the upload's scratch file is on the same disk: no copy
+        except OSError:
+            shutil.copyfile(path, tmp)
         os.replace(tmp, dest)
 
     def put_bytes(self, key: str, data: bytes) -> None:
         dest = self._path(key)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(dest.name + f".{os.getpid()}.part")
+        tmp = dest.with_name(dest.name + f".{os.getpid()}.{threading.get_ident()}.part")
         tmp.write_bytes(data)
         os.replace(tmp, dest)
 
