@@ -272,3 +272,14 @@ def test_last_lines_are_no_failure() -> None:
 def test_a_healthy_log_has_no_verdict(tmp_path: Path) -> None:
     (tmp_path / "train.log").write_text("\n".join(f"[rank{r}]:{BAR}" for r in range(4)) + "\n")
     assert run(load([tmp_path])).verdict is None
+
+
+def test_a_log_quoted_in_a_bug_report() -> None:
+    """eco-004: a whole log pasted as a Markdown quote."""
+    lines = (Path(__file__).parent / "corpus/eco-004/worker.log").read_text().splitlines()
+    prefix = detect_prefixes(lines)
+    assert prefix == FilePrefix(quote=True)
+    rows = scan("\n".join(lines) + "\n")
+    (exc,) = kinds(rows, "exception")
+    assert (data(exc)["type"], exc["text"]) == ("ValueError", lines[-1])
+    assert parse_line("> [rank1]: x", 2024, prefix).rank == 1

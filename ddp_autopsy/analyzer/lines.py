@@ -19,7 +19,7 @@ them only when told to.
 >>> sample = ["node7:  0: [rank0]: hello", "node7:  1: world", "node8: 12: again"]
 >>> prefix = detect_prefixes(sample)
 >>> prefix
-FilePrefix(pdsh=True, srun=True, bracket=False, compose=False)
+FilePrefix(pdsh=True, srun=True, bracket=False, compose=False, quote=False)
 >>> info = parse_line("node8: 12: RuntimeError: boom", 2024, prefix)
 >>> (info.host, info.task, info.body, info.stream)
 ('node8', 12, 'RuntimeError: boom', 'h=node8|t=12')
@@ -64,11 +64,13 @@ SRUN_LABEL = re.compile(r"^ *(?P<task>[0-9]+): ")
 # "[${local_rank}]:": which one is unknown, so the number only names the stream. A bare "[0]:"
 # is torchelastic's failure-summary entry, not a prefix: a message must follow.
 BRACKET = re.compile(r"^\[(?P<n>[0-9]+)\]: ?(?P<rest>\S)")
+# A log quoted in a bug report (Markdown): "> Traceback (most recent call last):"
+QUOTE = re.compile(r"^> ?")
 # docker compose: "svc-1  | msg" (the service name padded to the longest one).
 COMPOSE = re.compile(r"^(?P<svc>[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]*) +\| ")
 #: Any of them, for a quick look (the regexes are kept ASCII: polars compiles them per call).
 ANY_FILE_PREFIX = (r"^(?:(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,62}| *[0-9]+|\[[0-9]+\]): "
-                   r"|[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]* +\| )")
+                   r"|[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]* +\| |>)")
 
 # --- prefixes read on every line -------------------------------------------------------------
 # P1 torchrun --tee/--redirects: "[default0]:" = "[<role><local_rank>]:"; custom templates such as
@@ -174,6 +176,7 @@ class FilePrefix:
     srun: bool = False
     bracket: bool = False
     compose: bool = False
+    quote: bool = False
 
 
 NO_PREFIX = FilePrefix()
@@ -243,11 +246,12 @@ def detect(sample: Sequence[str | None] | pl.Series) -> tuple[FilePrefix, Writer
         return NO_PREFIX, None  # the common answer, found with one regex
     prefix = NO_PREFIX
     if lines.str.contains(ANY_FILE_PREFIX).sum() >= MAJORITY * lines.len():
-        compose, rest = _carried(lines, COMPOSE)
+        quote, rest = _carried(lines, QUOTE)
+        compose, rest = _carried(rest, COMPOSE)
         pdsh, rest = _carried(rest, PDSH)
         srun, rest = _carried(rest, SRUN_LABEL)
         bracket, _ = _carried(rest, BRACKET)
-        prefix = FilePrefix(pdsh=pdsh, srun=srun, bracket=bracket, compose=compose)
+        prefix = FilePrefix(pdsh=pdsh, srun=srun, bracket=bracket, compose=compose, quote=quote)
     return prefix, writer_key(lines, prefix)
 
 
@@ -256,7 +260,9 @@ def detect(sample: Sequence[str | None] | pl.Series) -> tuple[FilePrefix, Writer
 # regex names the leading writer prefixes of each line in polars, and only the last line of each
 # name reaches parse_line. Stamps between the prefixes are skipped (they differ on every line);
 # prefixes inside the message ("[Rank N]") are not read there.
+_QUOTE_TOKEN = r"> ?"
 _FILE_TOKENS = (
+    ("quote", _QUOTE_TOKEN),
     ("compose", r"[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]* +\| "),
     ("pdsh", r"[A-Za-z0-9][A-Za-z0-9_.-]*: "),
     ("srun", r" *[0-9]+: "),
@@ -308,12 +314,13 @@ def writer_key(lines: pl.Series, prefix: FilePrefix) -> WriterKey | None:
     """How to name the writers of lines like ``lines`` (None: nothing in them names one)."""
     files = [t for name, t in _FILE_TOKENS if getattr(prefix, name)]
     if lines.len() == 0:
-        return WriterKey(f"^((?:{'|'.join(files)})*){_WRITTEN}") if files else None
+        named = files not in ([], [_QUOTE_TOKEN])
+        return WriterKey(f"^((?:{'|'.join(files)})*){_WRITTEN}") if named else None
     which = lines.str.extract_groups(_WHICH).struct.unnest()
     which = which.filter(pl.col("2").is_not_null())
     toks = which["2"].unique().to_list()
     used = [t for t in _LINE_TOKENS if any(re.fullmatch(t, x) for x in toks)]
-    if not files and not used:
+    if not used and files in ([], [_QUOTE_TOKEN]):  # every line quoted names no writer
         return None
     if which["1"].is_not_null().any():  # a stamp before the writer prefixes
         pre = f"((?:{'|'.join(files)})*)" if files else "()"
@@ -455,6 +462,8 @@ def _labelled(body: str) -> FilePrefix | None:
 
 def _file_prefixes(text: str, prefix: FilePrefix, info: LineInfo, parts: list[str]) -> str:
     body = text
+    if prefix.quote and body.startswith(">"):
+        body = body[2:] if body.startswith("> ") else body[1:]
     if prefix.compose:
         m = COMPOSE.match(body)
         if m:
