@@ -304,8 +304,9 @@ def _prune(events: list[dict[str, Any]], state: _State, start: int) -> None:
             dropped[k] = dropped.get(k, 0) + 1
     events[:] = out
     full = {k for k, n in kept.items() if n >= MAX_EVENTS_PER_KIND}
-    state.spent = frozenset(n for n, ids in _BY_NEEDLE.items()
-                            if all(PATTERNS[i].kind in full for i in ids))
+    if full:  # the common file fills no quota: no needle is spent (and thousands of files add up)
+        state.spent = frozenset(n for n, ids in _BY_NEEDLE.items()
+                                if all(PATTERNS[i].kind in full for i in ids))
 
 
 #: Lines classified whatever their needles: traceback frames and exception lines (a few
