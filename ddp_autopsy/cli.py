@@ -121,7 +121,7 @@ def analyze(paths: tuple[Path, ...], fmt: str, html_path: Path | None, color: bo
     else:
         from ddp_autopsy.reports import text
 
-        text.render(out, color=color)
+        text.render(out, color=color, redact=redact)
     if html_path:
         _write_html(analysis, html_path)
         if fmt == "text":

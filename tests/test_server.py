@@ -121,10 +121,46 @@ def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
             b.moto.stop()
 
 
+class Hooks:
+    """A webhook receiver on loopback: every POSTed JSON body, by path."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.received: list[tuple[str, dict[str, Any]]] = []
+        hooks = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                hooks.received.append((self.path, json.loads(body)))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def posts(self, path: str) -> list[dict[str, Any]]:
+        return [body for p, body in self.received if p == path]
+
+
 @pytest.fixture(scope="module")
-def server(backend: Backend) -> Iterator[sh.Server]:
+def hooks() -> Iterator[Hooks]:
+    h = Hooks()
+    yield h
+    h.httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server(backend: Backend, hooks: Hooks) -> Iterator[sh.Server]:
     """One server per backend, with small limits so that bombs are cheap to build."""
-    s = backend.server(args=["--max-expanded-mb", "48", "--max-files", "500"])
+    s = backend.server(args=["--max-expanded-mb", "48", "--max-files", "500", "--webhook",
+                             f"http://127.0.0.1:{hooks.port}/hook/{backend.name}"])
     s.start()
     yield s
     s.stop()
@@ -212,6 +248,23 @@ def test_groups_count_repeats_of_one_failure(server: sh.Server,
     assert r.status_code == 200
     page = httpx.get(f"{server.url}/groups/{two['id']}").text
     assert "fixed by moving evaluation" in page and uploaded["eval_b"]["incident"] in page
+
+
+@HUNG
+def test_new_groups_call_the_webhook(backend: Backend, server: sh.Server, hooks: Hooks,
+                                     uploaded: dict[str, dict[str, Any]]) -> None:
+    groups = {g["id"] for g in httpx.get(f"{server.url}/api/v1/groups").json()["groups"]}
+    deadline = time.monotonic() + 15  # the hook is called after the analysis is recorded
+    while not groups <= {p["group"] for p in hooks.posts(f"/hook/{backend.name}")}:
+        assert time.monotonic() < deadline, (groups, hooks.received)
+        time.sleep(0.1)
+    posted = [p["group"] for p in hooks.posts(f"/hook/{backend.name}")]
+    assert sorted(posted) == sorted(set(posted))  # once per group, not once per incident
+    assert groups <= set(posted)
+    hook = next(p for p in hooks.posts(f"/hook/{backend.name}")
+                if p["group"] == uploaded["loader"]["incident_json"]["group_id"])
+    assert hook["event"] == "new_group" and hook["cause"] == "rank_stuck_outside_collective"
+    assert hook["incident_url"].endswith(f"/i/{uploaded['loader']['incident']}")
 
 
 def _ids(server: sh.Server, **params: Any) -> set[str]:

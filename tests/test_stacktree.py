@@ -5,7 +5,6 @@ from __future__ import annotations
 import doctest
 import io
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -248,15 +247,14 @@ def synthetic_stacks(n: int, depth: int = 40, odd: int = 1234,
 
 
 @pytest.mark.parametrize("distinct", [False, True], ids=["one-outlier", "all-distinct"])
-def test_4096_ranks_by_40_frames_is_fast(distinct: bool) -> None:
+def test_4096_ranks_by_40_frames(distinct: bool) -> None:
+    """The tree at 4096 ranks (its speed is measured in benchmarks/, not asserted here: a timed
+    test fails on a loaded machine)."""
     stacks = synthetic_stacks(4096, 40, distinct=distinct)
-    t0 = time.perf_counter()
     tree = build(stacks)
-    elapsed = time.perf_counter() - t0
     assert len(tree.procs) == 4096
     if distinct:
         assert len(tree.classes) == 4096 and tree.outliers == []
     else:
         assert [c.label for c in tree.outliers] == ["rank 1234"]
         assert tree.classes[0].label == "ranks 0-1233,1235-4095"
-    assert elapsed < (8.0 if distinct else 3.0), elapsed  # ~0.2 s / ~1.5 s on 2 cores

@@ -31,7 +31,10 @@ def _evidence(console: Console, f: Finding, indent: str, limit: int = 3) -> None
         console.print(line, soft_wrap=True)
 
 
-def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = None) -> None:
+def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = None,
+           redact: bool = False) -> None:
+    """Print the report; ``redact`` masks secrets in what the job's own lines show (the
+    findings of a redacted analysis are masked already)."""
     console = Console(file=out, highlight=False, no_color=color is False,
                       force_terminal=color if color else None)
     job = analysis.job
@@ -77,7 +80,7 @@ def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = N
             console.print(line, soft_wrap=True)
             _evidence(console, f, "       ", limit=1)
 
-    _ranks(console, analysis)
+    _ranks(console, analysis, redact=redact)
 
     if job.stacks.height:
         from ddp_autopsy.reports import stacks_text
@@ -96,9 +99,12 @@ def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = N
             console.print(Text(termsafe(msg), style="dim"), soft_wrap=True)
 
 
-def _ranks(console: Console, analysis: Analysis, limit: int = 12) -> None:
+def _ranks(console: Console, analysis: Analysis, limit: int = 12, redact: bool = False) -> None:
     """The per-rank table, ranks that share a row collapsed into ranges."""
+    from ddp_autopsy.redact import redact_text
     from ddp_autopsy.reports.ranktable import groups
+
+    shown = redact_text if redact else str
 
     table = analysis.job.rank_state
     if table.height == 0:
@@ -115,11 +121,12 @@ def _ranks(console: Console, analysis: Analysis, limit: int = 12) -> None:
         line = Text("  ")
         line.append(termsafe(label).ljust(width), style="bold red" if g.culprit else "")
         line.append(f"{g.state:8s}", style="red" if g.culprit else "dim")
-        line.append(termsafe(f"  {g.doing}" if g.doing else ""))
+        line.append(termsafe(f"  {shown(g.doing)}" if g.doing else ""))
         if g.host:
             line.append(termsafe(f"  on {g.host}"), style="dim")
         if g.last_line:
-            line.append(termsafe(f"  last: {' '.join(g.last_line.split())[:100]}"), style="dim")
+            last = " ".join(shown(g.last_line).split())[:100]
+            line.append(termsafe(f"  last: {last}"), style="dim")
         console.print(line, soft_wrap=True)
     if len(rows) > limit:
         console.print(Text(f"  … {len(rows) - limit} more rows (--format json has them all)",

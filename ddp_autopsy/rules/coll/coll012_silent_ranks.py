@@ -84,7 +84,8 @@ class SilentRanks(Rule):
         yield self.finding(
             summary, evidence=evidence, ranks=silent,
             hosts=[r.get("host") for r in last.values()],
-            confidence=0.65 if seen_silent else 0.5, ts=first_ts(timeouts),
+            # Below the rules that say why (COLL009's counters, COLL010's rank-local work).
+            confidence=0.5 if seen_silent else 0.4, ts=first_ts(timeouts),
             details={"waiting_ranks": sorted(waiting), "world_size": world,
                      "last_lines": {str(r): row["text"] for r, row in sorted(last.items())}},
         )
