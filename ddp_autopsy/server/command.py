@@ -47,6 +47,10 @@ def _need_server_deps() -> None:
               help="Uploads and other writes per client address per minute (per process).")
 @click.option("--lease", "lease_s", default=60.0, show_default=True, type=click.FloatRange(1),
               help="Seconds before a killed server's running analysis is taken up again.")
+@click.option("--webhook", envvar="DDP_AUTOPSY_WEBHOOK", default=None,
+              help="URL POSTed a JSON summary whenever a new group of failures appears.")
+@click.option("--public-url", envvar="DDP_AUTOPSY_PUBLIC_URL", default=None,
+              help="This server's address as users reach it (links in webhooks).")
 @click.option("--reanalyze", is_flag=True,
               help="Queue a new analysis of every incident (old ones are kept), then serve.")
 @click.option("--log-level", default="warning", show_default=True,
@@ -54,8 +58,8 @@ def _need_server_deps() -> None:
 def serve_command(data: Path, host: str, port: int, db_url: str | None, store_url: str | None,
                   s3_endpoint: str | None, tokens: tuple[str, ...], workers: int,
                   max_upload_mb: int, max_expanded_mb: int, max_files: int,
-                  writes_per_minute: int, lease_s: float, reanalyze: bool,
-                  log_level: str) -> None:
+                  writes_per_minute: int, lease_s: float, webhook: str | None,
+                  public_url: str | None, reanalyze: bool, log_level: str) -> None:
     """Run the post-mortem service: upload bundles and logs, browse incidents and groups.
 
     One command for a local server (SQLite and a blob directory under --data); PostgreSQL
@@ -85,7 +89,8 @@ def serve_command(data: Path, host: str, port: int, db_url: str | None, store_ur
         lease_s=lease_s,
         limits=Limits(upload_bytes=max_upload_mb * MB, expanded_bytes=max_expanded_mb * MB,
                       files=max_files, writes_per_minute=writes_per_minute),
-        hold_s=float(os.environ.get("DDP_AUTOPSY_SERVE_TEST_HOLD_S", "0") or 0))
+        hold_s=float(os.environ.get("DDP_AUTOPSY_SERVE_TEST_HOLD_S", "0") or 0),
+        webhook=webhook, public_url=(public_url or f"http://{host}:{port}").rstrip("/"))
     if reanalyze:
         from ddp_autopsy.server.service import reanalyze as queue_all
 

@@ -37,8 +37,13 @@ class Settings:
     lease_s: float = 60.0
     poll_s: float = 0.5
     limits: Limits = field(default_factory=Limits)
-    #: Testing only: seconds a worker waits after claiming a job (to kill a server mid-analysis).
+    #: Testing only: seconds an analysis pauses after reading its inputs (to kill a server
+    #: mid-analysis).
     hold_s: float = 0.0
+    #: POSTed a JSON summary when an analysis makes a new group (chat bots, CI).
+    webhook: str | None = None
+    #: The server's address as users reach it (for absolute links in webhooks).
+    public_url: str = ""
 
     @property
     def tmp(self) -> Path:

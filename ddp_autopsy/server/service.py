@@ -273,12 +273,14 @@ def analyse(settings: Settings, database: Database, store: Store, incident_id: s
     finished = time.time()
     with database.write() as conn:
         exists = conn.execute(sa.select(t.groups.c.id).where(t.groups.c.id == fp.id)).first()
+        new_group = False
         if exists is None:
             try:
                 with conn.begin_nested():
                     conn.execute(t.groups.insert().values(
                         id=fp.id, version=fp.version, cause=fp.cause, rule=fp.rule,
                         template=fp.template, created_at=finished))
+                new_group = True
             except IntegrityError:
                 pass  # another worker made the group a moment ago
         conn.execute(t.analyses.update().where(t.analyses.c.id == aid).values(
@@ -304,4 +306,21 @@ def analyse(settings: Settings, database: Database, store: Store, incident_id: s
                 hosts=_delimited(hosts), evidence=_evidence_text(result),
                 group_id=fp.id, analysis_id=aid, user_name=_user_of(job)))
             t.refresh_groups(conn, [fp.id, old_group])
+    if new_group and settings.webhook:
+        notify(settings, {"event": "new_group", "group": fp.id, "cause": fp.cause,
+                          "rule": fp.rule, "template": fp.template, "incident": incident_id,
+                          "summary": (verdict or {}).get("summary"),
+                          "group_url": f"{settings.public_url}/groups/{fp.id}",
+                          "incident_url": f"{settings.public_url}/i/{incident_id}"})
     return int(aid)
+
+
+def notify(settings: Settings, payload: dict[str, Any]) -> None:
+    """POST the payload to the webhook; a failing hook is logged, never fails the analysis."""
+    import httpx
+
+    assert settings.webhook
+    try:
+        httpx.post(settings.webhook, json=payload, timeout=10).raise_for_status()
+    except httpx.HTTPError as err:
+        log.warning("webhook %s failed: %s", settings.webhook, err)
