@@ -25,6 +25,7 @@ from ddp_autopsy.analyzer.lines import (
     detect,
     detect_prefixes,
     parse_line,
+    segments,
 )
 from ddp_autopsy.rules.engine import run
 
@@ -283,3 +284,12 @@ def test_a_log_quoted_in_a_bug_report() -> None:
     (exc,) = kinds(rows, "exception")
     assert (data(exc)["type"], exc["text"]) == ("ValueError", lines[-1])
     assert parse_line("> [rank1]: x", 2024, prefix).rank == 1
+
+
+def test_a_line_of_many_redraws() -> None:
+    """A bar redrawn 20,000 times on one physical line: its last state is the writer's."""
+    redraws = "\r".join(f"[rank0]:{BAR.replace('41%', f'{p % 100}%')}" for p in range(20_000))
+    rows = scan(f"{redraws}\n[rank1]: {OOM}\n")
+    last = {r["rank"]: (r["line"], r["text"], data(r)) for r in kinds(rows, "last_line")}
+    assert last[0] == (1, f"[rank0]:{BAR.replace('41%', '99%')}", {"progress": True})
+    assert segments("a\rb\rc", 2) == ["b", "c"] and segments("a\rb", 5) == ["a", "b"]

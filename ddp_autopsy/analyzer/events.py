@@ -868,11 +868,15 @@ def _keep_tails(state: _State, tails: list[tuple[int, str, str]], first: int,
         _parse_tails(state, ctx)
 
 
+#: Of a physical line's messages (a terminal's redraws), the last this many can be last lines.
+TAIL_SEGMENTS = 64
+
+
 def _parse_tails(state: _State, ctx: FileContext) -> None:
     for line, text in sorted(state.tails.values()):
         if line in state.joined:
             continue
-        for piece in segments(text):
+        for piece in segments(text, TAIL_SEGMENTS):
             _note_last(state, line, piece, parse_line(piece, ctx.reference, state.prefix))
     state.tails.clear()
 

@@ -149,13 +149,14 @@ def is_progress(text: str) -> bool:
     return PROGRESS.search(text) is not None
 
 
-def segments(text: str) -> list[str]:
+def segments(text: str, last: int | None = None) -> list[str]:
     """The messages written on one physical line: split at ``\\r`` (a terminal redraw) and after a
-    progress bar with more text glued to it; blank pieces dropped."""
+    progress bar with more text glued to it; blank pieces dropped. ``last``: only the pieces of
+    the last so many redraws."""
     if "\r" not in text and "%|" not in text:
         return [text]
     out: list[str] = []
-    for piece in text.split("\r"):
+    for piece in text.split("\r") if last is None else text.rsplit("\r", last)[-last:]:
         while (m := BAR_END.search(piece)) is not None:
             out.append(piece[: m.end()].rstrip(" "))
             piece = piece[m.end():]
