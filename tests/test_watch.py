@@ -356,13 +356,16 @@ def test_run_torchrun_collective_deadlock_with_two_watchers(tmp_path: Path) -> N
 def test_run_torchrun_crashing_rank(tmp_path: Path) -> None:
     """The post-mortem: logs kept, exit codes, the verdict, and an upload to a real
     ``ddp-autopsy serve``."""
-    server_helpers = pytest.importorskip("server_helpers")
-    server = server_helpers.Server(tmp_path / "server").start()
+    try:  # the server extra (httpx, FastAPI) may be missing: then no upload
+        import server_helpers
+    except ImportError:
+        server_helpers = None
+    server = server_helpers.Server(tmp_path / "server").start() if server_helpers else None
+    upload = ["--upload", server.url, "--upload-token", server_helpers.TOKEN] if server else []
     try:
         with tagged_env() as (env, started, _tag):
             code, evs, out = watch_run(tmp_path, env, started, torchrun(env, "crash"),
-                                       "--hang-after", str(HANG_AFTER), "--upload", server.url,
-                                       "--upload-token", server_helpers.TOKEN)
+                                       "--hang-after", str(HANG_AFTER), *upload)
         assert code == 1  # the job's own exit code
         ended = one(evs, "ended")
         assert ended["exit_code"] == 1 and not ended["killed"]
@@ -372,11 +375,13 @@ def test_run_torchrun_crashing_rank(tmp_path: Path) -> None:
         assert verdict["cause"] == "rank_crashed" and verdict["ranks"] == [1], verdict
         assert "illegal memory access" in verdict["summary"]
         assert not [e for e in evs if e["event"] == "hang"]
-        uploaded = one(evs, "uploaded")
-        assert uploaded["url"].startswith(server.url) and uploaded["incident"]
-        server.wait_analysed(uploaded["incident"])
+        if server is not None:
+            uploaded = one(evs, "uploaded")
+            assert uploaded["url"].startswith(server.url) and uploaded["incident"]
+            server.wait_analysed(uploaded["incident"])
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
 
 
 @pytest.mark.scenario

@@ -41,6 +41,11 @@ def _options(f):  # click decorators
         click.option("--on-hang", "on_hang", default=None,
                      help="Shell command run after a hang is collected ($DDP_AUTOPSY_BUNDLE, "
                           "$DDP_AUTOPSY_REPORT, $DDP_AUTOPSY_REASON)."),
+        click.option("--upload", "upload", default=None, metavar="URL",
+                     help="Upload each hang's bundle (and a failed job's logs) to this "
+                          "post-mortem service (ddp-autopsy serve)."),
+        click.option("--upload-token", envvar="DDP_AUTOPSY_TOKEN", default=None,
+                     help="Upload token (also DDP_AUTOPSY_TOKEN)."),
         click.option("--kill-after", type=click.FloatRange(min=0.0), default=None,
                      help="After a hang is collected, end the job (SIGTERM to the launcher) if "
                           "it made no progress for this many more seconds."),
@@ -60,10 +65,12 @@ def _options(f):  # click decorators
 
 def _watch_options(hang_after: float, out: Path | None, log_paths: tuple[Path, ...],
                    shared_dir: Path | None, node: str | None, on_hang: str | None,
-                   kill_after: float | None, once: bool, interval: float, deadline: float,
-                   step_timeout: float, color: bool | None, **kw: object) -> WatchOptions:
+                   upload: str | None, upload_token: str | None, kill_after: float | None,
+                   once: bool, interval: float, deadline: float, step_timeout: float,
+                   color: bool | None, **kw: object) -> WatchOptions:
     return WatchOptions(hang_after=hang_after, out=out, logs=list(log_paths),
-                        shared_dir=shared_dir, node=node, on_hang=on_hang,
+                        shared_dir=shared_dir, node=node, on_hang=on_hang, upload=upload,
+                        upload_token=upload_token,
                         kill_after=kill_after, once=once, tick=interval, deadline_s=deadline,
                         step_timeout_s=step_timeout, color=color, **kw)  # type: ignore[arg-type]
 

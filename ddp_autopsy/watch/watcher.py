@@ -58,6 +58,8 @@ class WatchOptions:
     shared_dir: Path | None = None
     node: str | None = None
     on_hang: str | None = None
+    upload: str | None = None  # post-mortem service URL (ddp-autopsy serve)
+    upload_token: str | None = None
     kill_after: float | None = None
     once: bool = False  # stop watching after the first hang's report
     deadline_s: float = 60.0
@@ -275,6 +277,7 @@ class Watcher:
             if self.meeting is not None and tid is not None:
                 paths = self.meeting.wait_for_bundles(tid, self.opts.deadline_s + 10) or paths
             self._analyze(paths, out.parent, bundle)
+            self._upload(bundle)
             self._hook(bundle, reason)
         self._arm_kill()
 
@@ -383,6 +386,26 @@ class Watcher:
                    report=str(report_dir / "report.json"),
                    moved=[m.rank for m in moves if m.moved and m.rank is not None],
                    still=[m.rank for m in moves if not m.moved and m.rank is not None])
+
+    def _upload(self, path: Path) -> None:
+        """Send the bundle (or the kept logs) to the post-mortem service, as
+        ``ddp-autopsy upload`` does; a failure is reported, never fatal."""
+        if not self.opts.upload:
+            return
+        try:
+            from ddp_autopsy.server.client import UploadError, upload
+        except ImportError as exc:  # httpx: the server extra
+            self.event("upload_failed", f"upload not possible: {exc} (pip install "
+                       "'ddp-autopsy[server]')")
+            return
+        try:
+            answer = upload(path, self.opts.upload, self.opts.upload_token,
+                            timeout=self.opts.deadline_s)
+        except (UploadError, ImportError) as exc:
+            self.event("upload_failed", f"upload failed: {exc}")
+            return
+        self.event("uploaded", f"uploaded: {answer.get('url')}", url=answer.get("url"),
+                   incident=answer.get("incident"))
 
     def _hook(self, bundle: Path, reason: str) -> None:
         if not self.opts.on_hang:
@@ -512,6 +535,7 @@ class Watcher:
         self.event("postmortem", f"kept {len(kept)} log file(s) in {root}", logs=len(kept))
         if kept:
             self._analyze([root / "logs"], root, None)
+            self._upload(root / "logs")
 
     def _exit_code(self, code: int | None) -> int:
         if self.child is not None:
