@@ -337,6 +337,20 @@ def test_upload_needs_a_valid_token(server: sh.Server) -> None:
     assert r.returncode == 1 and "401" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_tokens_from_the_index(backend: Backend, server: sh.Server) -> None:
+    """``serve --new-token NAME`` prints a token that the running server accepts."""
+    args = ["serve", "--data", str(server.data), "--new-token", "ci-bot"]
+    if server.db:
+        args += ["--db", server.db]
+    r = cli(*args)
+    assert r.returncode == 0, r.stderr
+    token = r.stdout.strip()
+    assert len(token) >= 24
+    log = CORPUS / "eco-003" / "worker-0.log"
+    resp = server.upload(log, "worker-0.log", token=token)
+    assert resp.status_code == 201, resp.text
+
+
 def _files_under(root: Path) -> set[Path]:
     return {p for p in root.rglob("*") if p.is_file()}
 

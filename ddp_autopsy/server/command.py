@@ -51,6 +51,9 @@ def _need_server_deps() -> None:
               help="URL POSTed a JSON summary whenever a new group of failures appears.")
 @click.option("--public-url", envvar="DDP_AUTOPSY_PUBLIC_URL", default=None,
               help="This server's address as users reach it (links in webhooks).")
+@click.option("--new-token", "new_token", metavar="NAME", default=None,
+              help="Make an upload token named NAME in the index (only its hash is kept), "
+                   "print it and exit.")
 @click.option("--reanalyze", is_flag=True,
               help="Queue a new analysis of every incident (old ones are kept), then serve.")
 @click.option("--log-level", default="warning", show_default=True,
@@ -59,7 +62,8 @@ def serve_command(data: Path, host: str, port: int, db_url: str | None, store_ur
                   s3_endpoint: str | None, tokens: tuple[str, ...], workers: int,
                   max_upload_mb: int, max_expanded_mb: int, max_files: int,
                   writes_per_minute: int, lease_s: float, webhook: str | None,
-                  public_url: str | None, reanalyze: bool, log_level: str) -> None:
+                  public_url: str | None, new_token: str | None, reanalyze: bool,
+                  log_level: str) -> None:
     """Run the post-mortem service: upload bundles and logs, browse incidents and groups.
 
     One command for a local server (SQLite and a blob directory under --data); PostgreSQL
@@ -91,6 +95,9 @@ def serve_command(data: Path, host: str, port: int, db_url: str | None, store_ur
                       files=max_files, writes_per_minute=writes_per_minute),
         hold_s=float(os.environ.get("DDP_AUTOPSY_SERVE_TEST_HOLD_S", "0") or 0),
         webhook=webhook, public_url=(public_url or f"http://{host}:{port}").rstrip("/"))
+    if new_token is not None:
+        _make_token(settings.db_url, new_token)
+        return
     if reanalyze:
         from ddp_autopsy.server.service import reanalyze as queue_all
 
@@ -110,6 +117,30 @@ def serve_command(data: Path, host: str, port: int, db_url: str | None, store_ur
     click.echo(f"ddp-autopsy serve: http://{host}:{port}/ (index {settings.db_url.split('@')[-1]},"
                f" blobs {app.state.store.describe()})", err=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+
+
+def _make_token(db_url: str, name: str) -> None:
+    import hashlib
+    import secrets
+    import time
+
+    from ddp_autopsy.server import db as t
+
+    if not name.strip() or len(name) > 100:
+        raise click.UsageError("--new-token NAME: a name of 1 to 100 characters")
+    token = secrets.token_urlsafe(24)
+    database = t.Database(db_url)
+    try:
+        database.migrate()
+        with database.write() as conn:
+            conn.execute(t.tokens.insert().values(
+                sha256=hashlib.sha256(token.encode()).hexdigest(), name=name.strip(),
+                created_at=time.time()))
+    except Exception as err:
+        raise click.ClickException(f"--new-token: {err}") from err
+    finally:
+        database.dispose()
+    click.echo(token)
 
 
 @click.command("upload")
