@@ -58,14 +58,19 @@ def key(r: dict) -> str:
     return f"{r['fault']}|{r['position']}|{r['mode']}|{r['topology']}"
 
 
-def load_results() -> dict[str, dict]:
-    if not RESULTS.exists():
-        return {}
-    return {key(r): r for r in json.loads(RESULTS.read_text())}
+def load_results(path: Path = RESULTS) -> dict[str, dict]:
+    """Cells run so far: ``path``, and for the report every ``results*.json`` beside it (a
+    slice run in parallel writes its own file); the newest file wins a cell run twice."""
+    files = sorted(path.parent.glob("results*.json"), key=lambda p: p.stat().st_mtime)
+    out: dict[str, dict] = {}
+    mine = [path] if path.exists() else []
+    for file in files if path.resolve() == RESULTS else mine:
+        out.update({key(r): r for r in json.loads(file.read_text())})
+    return out
 
 
-def save_results(results: dict[str, dict]) -> None:
-    RESULTS.write_text(json.dumps(sorted(results.values(), key=key), indent=1) + "\n")
+def save_results(results: dict[str, dict], path: Path = RESULTS) -> None:
+    path.write_text(json.dumps(sorted(results.values(), key=key), indent=1) + "\n")
 
 
 def _cell(r: dict | None, why: str | None) -> tuple[str, str, str, str]:
@@ -203,13 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/ddp_autopsy_faults"))
     parser.add_argument("--skip-done", action="store_true", help="keep cells already run")
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="where this run keeps its cells (a parallel slice: its own file, "
+                        "tests/faults/results-<name>.json)")
     args = parser.parse_args(argv)
 
     def interrupted(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # SIGTERM too: the running cell's nodes are torn down
 
     signal.signal(signal.SIGTERM, interrupted)
-    results = load_results()
+    results = load_results(args.results)
     if not args.report_only:
         why = can_run()
         if why:
@@ -229,13 +237,13 @@ def main(argv: list[str] | None = None) -> int:
                 res = CellResult(fault, position, mode, topology,
                                  error=f"{type(exc).__name__}: {exc}")
             results[k] = asdict(res)
-            save_results(results)
+            save_results(results, args.results)
             left = leftovers(res.cluster, res.tag) if res.cluster else leftovers()
             mark = "ok " if res.right else "BAD"
             print(f"[{n}/{len(cells)}] {mark} {k:45s} {res.cause} {res.ranks} "
                   f"{time.monotonic() - t0:5.1f}s {res.error or ''}"
                   + (f" LEFTOVERS {left}" if left else ""), flush=True)
-    counts = write_doc(results)
+    counts = write_doc(load_results())
     print(json.dumps(counts), f"-> {DOC.relative_to(ROOT)}")
     return 0
 

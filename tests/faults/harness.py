@@ -71,6 +71,7 @@ HANG = ("sigstop", "gil", "busy_loop", "dataloader_block", "lone_barrier", "lone
         "skip_collective", "wrong_shape", "straggler", "link_drop")
 NODE_FAULTS = ("link_drop", "port_blocked", "unresolved_host", "world_size")
 STARTUP = ("port_blocked", "unresolved_host", "world_size")
+DETAIL = ("lone_barrier_detail", "skip_collective", "wrong_shape")  # TORCH_DISTRIBUTED_DEBUG
 FROZEN = ("sigstop", "gil")  # must never be called crashed
 MODES = ("live", "logs", "fr")
 TOPOLOGIES = {"1x4": (1, 4), "2x2": (2, 2), "4x2": (4, 2)}
@@ -261,6 +262,8 @@ def applicable(fault: str, position: str, mode: str, topology: str) -> str | Non
         return "node 0 hosts the endpoint: it needs no lookup"
     if mode in ("live", "fr") and fault in CRASH + STARTUP:
         return "the job ends by itself: nothing live to collect (logs mode)"
+    if mode in ("live", "fr") and fault in DETAIL:
+        return "DETAIL turns the mismatch into an error on every rank: the job ends by itself"
     return None
 
 
@@ -453,6 +456,9 @@ def run_cell(fault: str, position: str, mode: str, topology: str, workdir: Path,
                 if proc.returncode != 0:
                     result.error = f"collect on node-{i} exit {proc.returncode}: " \
                                    f"{err.decode(errors='replace').strip()[-300:]}"
+            if result.error and all(a.poll() is not None for a in agents):
+                result.error += "; the job had ended: its logs analyzed instead"
+                inputs = consoles
         else:
             # logs only: wait for the timeouts to fire and the launchers to give up. A
             # launcher that cannot reach the rendezvous store may never give up: then the
@@ -478,8 +484,12 @@ def run_cell(fault: str, position: str, mode: str, topology: str, workdir: Path,
     if result.culprit is not None and hosts and hosts.get(rank) != f"node-{node}":
         result.error = (result.error or "") + f" rank {rank} ran on {hosts.get(rank)}, " \
             f"not node-{node}"
+    inputs = [p for p in inputs if p.exists()]
+    if not inputs:
+        result.error = f"{result.error + '; ' if result.error else ''}no evidence to analyze"
+        return result
     try:
-        report = _analyze([p for p in inputs if p.exists()])
+        report = _analyze(inputs)
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         result.error = f"{result.error + '; ' if result.error else ''}{exc}"
         return result
