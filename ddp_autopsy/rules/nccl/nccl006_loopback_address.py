@@ -3,8 +3,11 @@
 ## What it detects
 In a job spanning several hosts, NCCL ranks that bootstrap or connect over 127.x (lo), a Docker
 bridge (docker0, 172.17.x) or a libvirt bridge (virbr0, 192.168.122.x): the "Bootstrap : Using
-lo:127.0.0.1<0>" / "NET/Socket : Using [0]docker0:172.17.0.1<0>" lines; and a MASTER_ADDR that
-`collect` found resolving to 127.0.1.1 (a host name mapped to loopback in /etc/hosts).
+lo:127.0.0.1<0>" / "NET/Socket : Using [0]docker0:172.17.0.1<0>" lines, or Gloo failing to
+connect to such an address; a MASTER_ADDR that `collect` found resolving to 127.0.1.1 (a host
+name mapped to loopback in /etc/hosts); and, on any number of hosts, Gloo failing to connect to
+127.0.1.1 — the Debian/Ubuntu /etc/hosts alias of the machine's own name, which Gloo advertises
+when the host name resolves to it.
 
 ## Why it hangs or kills the job
 Other hosts cannot reach a loopback or bridge address: they connect to themselves, to nothing,
@@ -61,25 +64,32 @@ class LoopbackAddress(Rule):
             b.manifest.get("host") for b in job.bundles if b.manifest.get("host")}
         if job.ranks.height:
             hosts |= {h for hs in job.ranks["hosts"].to_list() for h in hs}
-        if len(hosts) < 2:
+        gloo = [r for r in job.rows("gloo_connect_failure") if r["data"].get("addr")]
+        alias = [r for r in gloo if r["data"]["addr"].startswith("127.0.1.")]
+        if len(hosts) < 2 and not alias:
             return  # on one host, loopback is fine
         bad = [(r, kind) for r in rows
                if (kind := unreachable_kind(r["data"]["addr"], r["data"]["ifname"]))]
+        bad += [(r, "loopback: the host name's /etc/hosts alias" if r in alias else kind)
+                for r in gloo if (kind := unreachable_kind(r["data"]["addr"]))
+                and (r in alias or len(hosts) >= 2)]
         probes = [(b, p) for b in job.bundles for p in b.probes
                   if any(str(a).startswith("127.") for a in p.get("addresses") or [])]
         if not bad and not probes:
             return
         evidence = [evidence_of(r) for r, _ in bad[:3]]
         parts = sorted({f"{r['host'] or 'a rank'} uses {r['data']['ifname']}:{r['data']['addr']}"
-                        f" ({kind})" for r, kind in bad})
+                        f" ({kind})" if r["kind"] == "nccl_interface" else
+                        f"Gloo connects to {r['data']['addr']} ({kind})" for r, kind in bad})
         for b, p in probes[:2]:
             parts.append(f"MASTER_ADDR {p.get('master_addr')} resolves to "
                          f"{', '.join(map(str, p.get('addresses')))} on {b.manifest.get('host')}")
             evidence.append(Evidence(path=f"{b.display}/network/probe.json", line=None,
                                      text=f"{p.get('master_addr')} -> {p.get('addresses')}",
                                      host=b.manifest.get("host")))
+        where = f"A {len(hosts)}-host job" if len(hosts) >= 2 else "The job"
         yield self.finding(
-            f"A {len(hosts)}-host job communicates over addresses the other hosts cannot reach: "
+            f"{where} communicates over addresses the other hosts cannot reach: "
             f"{'; '.join(parts[:4])}.",
             evidence=evidence, ranks=[r["rank"] for r, _ in bad],
             hosts=[r["host"] for r, _ in bad], confidence=0.85,
