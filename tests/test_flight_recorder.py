@@ -467,7 +467,8 @@ def test_job_load_reads_dumps_next_to_logs(tmp_path: Path) -> None:
     assert status == {0: "ok", 1: "ok", 2: "empty"}
     assert any("rank 2" in n.message and "empty" in n.message for n in job.notes)
     assert not any(n.path.endswith("nccl_trace_rank_0") for n in job.notes)
-    assert job.events.height == 0  # dumps are not read as logs
+    # dumps are not read as logs: no event comes from them
+    assert job.events.filter(pl.col("source").str.contains("/fr/")).height == 0
 
 
 SELF_REFERENCE = r"""
