@@ -520,16 +520,16 @@ def _tails(frame: pl.DataFrame, writers: WriterKey | None) -> list[tuple[int, st
         return [(i, value, "") for i, value in
                 frame.filter(pl.col("text").str.contains(r"[^ \t\r]")).tail(1).iter_rows()]
     if writers.width is not None:
-        # Empty lines are left out after the fact: their name "" is no other line's.
-        tails = _last_of_each(frame, writers.quick(), pl.col("text").str.len_bytes() > 0)
+        tails = _last_of_each(frame, writers.quick())
         if tails.height <= QUICK_TAILS:
-            return tails.rows()
-    return _last_of_each(frame, writers.exact(), pl.lit(True)).rows()
+            # Empty lines are dropped here: their name "" by first characters is no other line's.
+            return [row for row in tails.rows() if row[1]]
+    return _last_of_each(frame, writers.exact()).rows()
 
 
-def _last_of_each(frame: pl.DataFrame, key: pl.Expr, keep: pl.Expr) -> pl.DataFrame:
+def _last_of_each(frame: pl.DataFrame, key: pl.Expr) -> pl.DataFrame:
     return (frame.lazy().with_columns(key.alias("key"))
-            .filter(pl.col("key").is_not_null() & pl.col("key").is_last_distinct() & keep)
+            .filter(pl.col("key").is_not_null() & pl.col("key").is_last_distinct())
             .select("line", "text", "key").collect())
 
 
