@@ -616,3 +616,30 @@ def test_global_deadline_skips_the_rest(hung: SimpleNamespace, tmp_path: Path) -
     assert "--deadline" in late["deadline"].remedy
 
 
+
+
+def test_collect_upload_sends_the_bundle_to_a_real_service(hung: SimpleNamespace,
+                                                          tmp_path: Path) -> None:
+    """collect --upload: the bundle goes to `ddp-autopsy serve` (a real server on loopback),
+    which analyzes it; a wrong token keeps the bundle and says so."""
+    pytest.importorskip("httpx")
+    import server_helpers as sh
+
+    server = sh.Server(tmp_path / "data").start()
+    try:
+        runner = CliRunner()
+        res = runner.invoke(collect_command, ["--pid", str(hung.torchrun.pid), "--out",
+                                              str(tmp_path / "b"), "--upload", server.url,
+                                              "--token", sh.TOKEN])
+        assert res.exit_code == 0, res.output
+        link = next(line for line in res.stdout.splitlines() if line.startswith("uploaded: "))
+        incident = link.rstrip("/").rsplit("/", 1)[-1]
+        done = server.wait_analysed(incident)
+        assert done["status"] == "done", done
+        res = runner.invoke(collect_command, ["--pid", str(hung.torchrun.pid), "--out",
+                                              str(tmp_path / "c"), "--upload", server.url,
+                                              "--token", "wrong"])
+        assert res.exit_code == 1 and "bundle is kept" in res.stderr
+        assert (tmp_path / "c" / "manifest.json").exists()
+    finally:
+        server.stop()

@@ -25,7 +25,7 @@ import polars as pl
 
 from ddp_autopsy import __version__
 from ddp_autopsy import bundle_layout as layout
-from ddp_autopsy.analyzer import attribution
+from ddp_autopsy.analyzer import attribution, snapshots
 from ddp_autopsy.analyzer.events import EVENT_SCHEMA, FileContext, ScanStats, scan_text
 from ddp_autopsy.analyzer.facts import FACTS
 from ddp_autopsy.analyzer.flight_recorder import (
@@ -118,6 +118,9 @@ class Job:
     collectives: pl.DataFrame = field(default_factory=lambda: FRFrames.empty().collectives)
     fr_dumps: pl.DataFrame = field(default_factory=lambda: FRFrames.empty().dumps)
     fr_groups: pl.DataFrame = field(default_factory=lambda: FRFrames.empty().groups)
+    #: Ranks whose main thread moved, or not, between stack snapshots of the same processes
+    #: (several bundles of one job, or the earlier samples ``watch`` keeps): analyzer/snapshots.py.
+    snapshot_moves: list[Any] = field(default_factory=list)
     #: How many times each derived fact was built (once per job; tests count).
     fact_builds: Counter[str] = field(default_factory=Counter, init=False, repr=False)
     _facts: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
@@ -313,11 +316,13 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
     bundles: list[Bundle] = []
     summary_frames: list[pl.DataFrame] = []
     dumps: list[FRDump | DumpFile] = []  # files on disk are read together, after the walk
+    bundle_trees: list[tuple[Tree, Bundle]] = []
 
     for _path, tree in iter_inputs([Path(p) for p in paths], notes):
         found, loose = _split_bundles(tree, notes)
         for sub, bundle in found:
             bundles.append(bundle)
+            bundle_trees.append((sub, bundle))
             if use_summaries and _load_summaries(sub, bundle, notes, inputs, summary_frames):
                 bundle.manifest = {**bundle.manifest, "logs": []}
             _load_bundle(sub, bundle, notes, inputs, event_rows, stack_rows, env_rows, proc_rows,
@@ -344,6 +349,10 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
         notes += [InputNote(d.source, d.note() or "",
                             "info" if d.status == "duplicate" else "warning")
                   for d in read if not d.ok and d.note()]
+    job, repeated = snapshots.merge_repeated(job)  # one set of processes, however many bundles
+    job.snapshot_moves = repeated + [m for tree, b in bundle_trees
+                                     for m in snapshots.movement(snapshots.read_tree(tree,
+                                                                                     b.manifest))]
     job.ranks = _ranks_frame(job)
     job.elapsed_s = time.perf_counter() - t0
     return job

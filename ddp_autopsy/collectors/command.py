@@ -44,9 +44,15 @@ from ddp_autopsy.collectors.jobs import CollectError
               help="Timeout of each single step (one py-spy dump, one command, one probe).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
+@click.option("--upload", "upload_url", default=None, metavar="URL",
+              help="Then upload the bundle to a post-mortem service (ddp-autopsy serve): the "
+                   "nodes of one job join one incident (docs/server.md).")
+@click.option("--token", envvar="DDP_AUTOPSY_TOKEN", default=None,
+              help="Upload token (or DDP_AUTOPSY_TOKEN).")
 def collect_command(pid: int | None, job_key: str | None, log_paths: tuple[Path, ...],
                     out: Path | None, tar: bool, force: bool, native: bool, deadline: float,
-                    step_timeout: float, fmt: str) -> None:
+                    step_timeout: float, fmt: str, upload_url: str | None,
+                    token: str | None) -> None:
     """Snapshot a hung or crashing distributed job on this host into a bundle directory.
 
     Finds the job's processes, dumps every rank's Python stacks with py-spy (without pausing
@@ -82,6 +88,25 @@ def collect_command(pid: int | None, job_key: str | None, log_paths: tuple[Path,
     if result.manifest.get("interrupted"):
         click.echo(f"ddp-autopsy collect: interrupted; {result.bundle} is incomplete", err=True)
         sys.exit(130)
+    if upload_url:
+        _upload(result.bundle, upload_url, token)
+
+
+def _upload(bundle: Path, url: str, token: str | None) -> None:
+    """Send the bundle to the service; the bundle stays on disk whatever happens."""
+    try:
+        from ddp_autopsy.server.client import UploadError, upload
+    except ImportError as exc:
+        click.echo(f"ddp-autopsy collect: --upload needs the server extra "
+                   f"(pip install 'ddp-autopsy[server]'): {exc}", err=True)
+        sys.exit(2)
+    try:
+        answer = upload(bundle, url, token)
+    except UploadError as exc:
+        click.echo(f"ddp-autopsy collect: upload failed, the bundle is kept at {bundle}: {exc}",
+                   err=True)
+        sys.exit(1)
+    click.echo(f"uploaded: {answer.get('url') or answer}")
 
 
 @contextlib.contextmanager

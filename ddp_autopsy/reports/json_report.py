@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -45,6 +46,7 @@ def to_dict(analysis: Analysis) -> dict[str, Any]:
         "ranks": {"world_size": job.world_size, "known": ranks, "table": table,
                   "missing": format_ranks(missing)},
         "stacks": job.stack_tree.to_dict() if job.stacks.height else None,
+        "snapshots": [dataclasses.asdict(m) for m in job.snapshot_moves],
         "rules": [o.to_dict() for o in analysis.outcomes],
     }
 

@@ -81,6 +81,11 @@ def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = N
             _evidence(console, f, "       ", limit=1)
 
     _ranks(console, analysis, redact=redact)
+    if job.snapshot_moves:
+        from ddp_autopsy.analyzer.snapshots import summary
+
+        console.print(Text(termsafe(f"Between stack snapshots: {summary(job.snapshot_moves)}"),
+                           style="dim"), soft_wrap=True)
 
     if job.stacks.height:
         from ddp_autopsy.reports import stacks_text

@@ -213,6 +213,7 @@ class Workers:
 def analyse(settings: Settings, database: Database, store: Store, incident_id: str) -> int:
     """Analyse every upload of the incident as one job; record the result as a new analysis."""
     from ddp_autopsy.analyzer.job import load
+    from ddp_autopsy.redact import redact_obj
     from ddp_autopsy.reports import html, json_report
     from ddp_autopsy.rules.engine import run
 
@@ -249,7 +250,8 @@ def analyse(settings: Settings, database: Database, store: Store, incident_id: s
             notes = "; ".join(n.message for n in job.notes[:5])
             raise ValueError(f"nothing readable in the upload ({notes or 'no logs found'})")
         analysis = run(job)
-        result = json_report.to_dict(analysis)
+        # What the service shows a team is redacted, like the HTML report (docs/redaction.md).
+        result = redact_obj(json_report.to_dict(analysis))
         page = html.render(analysis)
     except Exception as err:
         msg = f"{type(err).__name__}: {err}"[:2000]

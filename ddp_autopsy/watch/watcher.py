@@ -364,7 +364,8 @@ class Watcher:
             buf = io.StringIO()
             text.render(analysis, out=buf, color=self.opts.color)
             report_dir.mkdir(parents=True, exist_ok=True)
-            (report_dir / "report.json").write_text(json_report.render(analysis))
+            # The report lies in the bundle: redacted, like everything a bundle holds.
+            (report_dir / "report.json").write_text(json_report.render(analysis, redact=True))
             (report_dir / "report.html").write_text(html.render(analysis), encoding="utf-8")
         except Exception as exc:
             self.event("analyze_failed", f"analysis failed: {type(exc).__name__}: {exc}")
