@@ -135,6 +135,9 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("store_clients_timeout", "RuntimeError: Timed out initializing process group in store based "
      "barrier on rank: 3, for key: store_based_barrier_key:1 (world_size=8, worker_count=7, "
      "timeout=0:30:00)", {"rank": 3, "world": 8, "joined": 7}),
+    ("store_barrier_done", "INFO:torch.distributed.distributed_c10d:Rank 2: Completed store-based "
+     "barrier for key:store_based_barrier_key:2 with 4 nodes.",
+     {"rank": 2, "key": "store_based_barrier_key:2", "world": 4}),
     ("store_barrier_wait", "INFO:torch.distributed.distributed_c10d:Waiting in store based barrier "
      "to initialize process group for rank: 0, key: store_based_barrier_key:1 (world_size=2, "
      "worker_count=4, timeout=0:30:00)", {"rank": 0, "world": 2, "joined": 4}),

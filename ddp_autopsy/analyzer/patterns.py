@@ -217,6 +217,16 @@ PATTERNS: tuple[Pattern, ...] = (
         world=int,
         joined=int,
     ),
+    # distributed_c10d._store_based_barrier, once every worker arrived: "Rank 2: Completed
+    # store-based barrier for key:store_based_barrier_key:2 with 4 nodes."
+    _p(
+        "store_barrier_done",
+        "Completed store-based barrier for key",
+        r"Rank (?P<rank>\d+): Completed store-based barrier for key:(?P<key>\S+) with "
+        r"(?P<world>\d+) nodes",
+        rank=int,
+        world=int,
+    ),
     # M12: "wait timeout after 600000ms, keys: /default_pg/0//cuda//0"
     _p(
         "store_wait_timeout",
@@ -936,6 +946,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "cuda_failure": {"failure"},
     "listen_failed": {"failure"},
     "store_barrier_wait": {"info"},
+    "store_barrier_done": {"info"},
     "dump_signal": {"failure"},
     "watchdog_progress": {"info"},
     "gloo_size_mismatch": {"failure"},

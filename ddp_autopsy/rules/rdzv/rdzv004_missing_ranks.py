@@ -4,8 +4,10 @@
 The store host waited for clients that never came ("Timed out after 601 seconds waiting for
 clients. 2/3 clients joined."), a store wait timed out on keys that other ranks should have set,
 a monitored barrier named the ranks that did not arrive (or, newer, the ones that did), a
-desync report said ranks "never joined any collectives", or launcher messages show fewer
-distinct ranks than the world size (e.g. two nodes both starting as ranks 0 and 1 of 4).
+desync report said ranks "never joined any collectives", init_process_group's store-based
+barrier kept waiting with fewer workers than the world size ("Waiting in store based barrier ...
+key: store_based_barrier_key:1 (world_size=8, worker_count=7 ..."), or launcher messages show
+fewer distinct ranks than the world size (e.g. two nodes both starting as ranks 0 and 1 of 4).
 
 ## Why it hangs or kills the job
 Every collective needs all ranks; with ranks absent, the present ones wait until the timeout.
@@ -28,6 +30,7 @@ WORLD_SIZE, and `--ntasks-per-node` against the GPUs per node under SLURM.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
@@ -72,6 +75,18 @@ class MissingRanks(Rule):
             if len(seen) < sw:
                 named |= set(range(sw)) - seen
                 evidence_rows += starts[:2]
+        # init_process_group's store-based barrier (key #1: the default group): the ranks
+        # waiting there are in; fewer than the world size checked in.
+        done = {r["data"].get("key") for r in job.rows("store_barrier_done")}
+        barrier = [r for r in job.rows("store_barrier_wait")
+                   if barrier_key(r) == 1 and r["data"]["joined"] < r["data"]["world"]
+                   and r["data"].get("key") not in done]
+        if barrier:
+            world = max(world or 0, *(r["data"]["world"] for r in barrier))
+            waiting = {r["data"]["rank"] for r in barrier}
+            if len(waiting) == max(r["data"]["joined"] for r in barrier):
+                named |= set(range(world)) - waiting
+            evidence_rows += barrier[:2]
         waits = job.rows("store_wait_timeout")
         if not evidence_rows and not (waits and named):
             if not waits:
@@ -82,6 +97,10 @@ class MissingRanks(Rule):
         if clients:
             d = clients[0]["data"]
             how = f"only {d['joined']}/{d['world']} clients joined the store"
+        elif barrier:
+            d = barrier[-1]["data"]
+            how = (f"only {d['joined']} of {d['world']} ranks reached init_process_group's "
+                   "store barrier")
         else:
             how = "they never arrived"
         who = rank_phrase(named) if named else "some ranks"
@@ -93,3 +112,12 @@ class MissingRanks(Rule):
             ts=first_ts(evidence_rows),
             details={"world_size": world, "present": sorted(present)},
         )
+
+
+def barrier_key(row: dict[str, Any]) -> int | None:
+    """The store barrier's number: 1 for init_process_group's default group, N for the
+    N-1th ``new_group`` after it (``store_based_barrier_key:N``)."""
+    key = str(row["data"].get("key", ""))
+    tail = key.rsplit(":", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+

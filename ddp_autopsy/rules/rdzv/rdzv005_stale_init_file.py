@@ -8,7 +8,10 @@ refused", its last "failed to connect, willRetry=0", or NCCL's bootstrap connect
 bootstrap root's address also travels through the store). `collect` also reads the file's
 `refcount` (each process using the store adds 1 and removes it on a clean exit): more users
 than the world size means processes of an earlier run never left. With no failure, that alone
-is reported as information (a hazard for the next launch).
+is reported as information (a hazard for the next launch). Without collect, the store-based
+barrier says the same: more workers checked in than the world size ("Waiting in store based
+barrier ... (world_size=6, worker_count=287 ...") — a store still holding an earlier run's
+check-ins.
 
 ## Why it hangs or kills the job
 `FileStore` keeps every key of the rendezvous in that file and deletes it only when the last
@@ -64,6 +67,11 @@ class StaleInitFile(Rule):
                     and f["refcount"] > users:
                 yield self._overcounted(job, f, host, users, failures)
                 return
+        over = [r for r in job.rows("store_barrier_wait")
+                if r["data"]["joined"] > r["data"]["world"]]
+        if over:
+            yield self._over_barrier(job, over, files)
+            return
         if not failures:
             return
         path, evidence = _named_init_file(job, files)
@@ -77,6 +85,19 @@ class StaleInitFile(Rule):
             evidence=[*evidence, evidence_of(failures[0])], ranks=ranks, confidence=0.85,
             ts=first_ts(failures), details={"init_file": path},
         )
+
+    def _over_barrier(self, job: Job, rows: list[dict[str, Any]],
+                      files: list[tuple[dict[str, Any], str]]) -> Finding:
+        """The store-based barrier counts more workers than the world size."""
+        d = max(rows, key=lambda r: r["data"]["joined"])["data"]
+        path, _ = _named_init_file(job, files)
+        where = f"the init file {path}" if path else "the rendezvous store"
+        return self.from_rows(
+            rows, f"{d['joined']} workers checked in at the store barrier of a world of "
+            f"{d['world']}: {where} still holds the check-ins of an earlier run that did not exit "
+            "cleanly, so the barrier's count is wrong and the ranks cannot agree.", shown=2,
+            ranks=(), confidence=0.8,
+            details={"init_file": path, "worker_count": d["joined"], "world_size": d["world"]})
 
     def _overcounted(self, job: Job, f: dict[str, Any], host: str, world: int,
                      failures: list[dict[str, Any]]) -> Finding:

@@ -1,0 +1,67 @@
+"""Ranks of a running job did not reach a `new_group` call the others wait in.
+
+## What it detects
+torch's store-based barrier of a process group created after the default one
+(`store_based_barrier_key:N`, N > 1, one per `torch.distributed.new_group`) keeps waiting with
+fewer workers than the world size, and never completes: "Waiting in store based barrier to initialize process group
+for rank: 2, key: store_based_barrier_key:2 (world_size=8, worker_count=7, timeout=0:30:00)".
+Every rank passed the default group's barrier already, so the missing ones are alive but
+somewhere else.
+
+## Why it hangs or kills the job
+`new_group` is collective: every rank of the job must call it, in the same order, even ranks
+that will not be members. A rank that skips it (a `new_group` under `if rank == ...`), calls it
+later (after rank-local work), or creates groups in a different order leaves the others waiting
+in the barrier until its timeout.
+
+## Evidence
+The barrier lines with the key, the world size and the count of workers that arrived; the ranks
+that wait there (the missing ones are named when every waiting rank printed the line).
+
+## Remedy
+Call every `new_group` on every rank, unconditionally and in the same order (create the groups
+right after `init_process_group`); move rank-local work after the group creation, or raise the
+group timeout if that work is legitimately long.
+
+## Example
+```
+I0510 07:28:04.417845 139863945226048 distributed_c10d.py:337] Waiting in store based barrier to initialize process group for rank: 2, key: store_based_barrier_key:2 (world_size=4, worker_count=3, timeout=0:30:00)
+I0510 07:28:04.428285 140051304576832 distributed_c10d.py:337] Waiting in store based barrier to initialize process group for rank: 1, key: store_based_barrier_key:2 (world_size=4, worker_count=3, timeout=0:30:00)
+I0510 07:28:04.431120 140051304576832 distributed_c10d.py:337] Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:2 (world_size=4, worker_count=3, timeout=0:30:00)
+```
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule, rank_phrase
+from ddp_autopsy.rules.rdzv.rdzv004_missing_ranks import barrier_key
+
+
+class NewGroupNotJoined(Rule):
+    code = "COLL013"
+    slug = "new-group-not-joined"
+    cause = "rank_stuck_outside_collective"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        done = {r["data"].get("key") for r in job.rows("store_barrier_done")}
+        rows = [r for r in job.rows("store_barrier_wait")
+                if (barrier_key(r) or 0) > 1 and r["data"]["joined"] < r["data"]["world"]
+                and r["data"].get("key") not in done]
+        if not rows:
+            return
+        key = max(barrier_key(r) or 0 for r in rows)
+        rows = [r for r in rows if barrier_key(r) == key]
+        world = max(r["data"]["world"] for r in rows)
+        joined = max(r["data"]["joined"] for r in rows)
+        waiting = {r["data"]["rank"] for r in rows}
+        missing = set(range(world)) - waiting if len(waiting) == joined else set()
+        who = rank_phrase(missing, empty=f"{world - joined} of the {world} ranks")
+        yield self.from_rows(
+            rows, f"{who[0].upper()}{who[1:]} never reached the creation of process group "
+            f"#{key} (new_group) that {rank_phrase(waiting)} wait in: only {joined} of "
+            f"{world} ranks arrived.", shown=2, ranks=missing, confidence=0.75,
+            details={"barrier_key": key, "world_size": world, "worker_count": joined,
+                     "waiting_ranks": sorted(waiting)})
