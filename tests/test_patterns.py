@@ -164,6 +164,9 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      "connect [127.0.1.1]:27389: Connection refused", {"addr": "127.0.1.1", "port": 27389}),
     ("peer_closed", "[W1122 10:00:00.123456789 socket.cpp:1] [c10d] sendBytes failed on "
      "SocketImpl(fd=12, addr=[node-1]:44556, remote=[node-0]:29500): Broken pipe", {}),
+    ("worker_failed", "[2023-11-13 16:59:55,650] [ERROR] [launch.py:320:sigkill_handler] "
+     "['/usr/bin/python', '-u', 'train.py', '--local_rank=1'] exits with return code = -9",
+     {"exitcode": -9, "local_rank": 1}),
     ("worker_failed", "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) "
      "local_rank: 2 (pid: 1811) of fn: main (start_method: spawn)", {"exitcode": -9}),
     ("closing_signal", "W1122 10:00:00.000000 4242 torch/multiprocessing/spawn.py:165] "

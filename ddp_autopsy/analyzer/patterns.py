@@ -518,6 +518,16 @@ PATTERNS: tuple[Pattern, ...] = (
         local_rank=int,
         pid=int,
     ),
+    # DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler): "[launch.py:320:
+    # sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=1'] exits with return
+    # code = -9" (the command is often wrapped over several lines, so only the tail is read).
+    _p(
+        "worker_failed",
+        "exits with return code",
+        r"(?:'--local_rank=(?P<local_rank>\d+)'.*)?exits with return code = (?P<exitcode>-?\d+)",
+        exitcode=int,
+        local_rank=int,
+    ),
     _p(
         "closing_signal",
         ("closing signal", "via signal", "forcefully exiting via"),

@@ -158,3 +158,20 @@ class RankCrashed(Rule):
                 evidence=[evidence_of(s)], ranks=[int(idx)] if idx is not None else [],
                 confidence=0.6, ts=s["ts"], details={"spawn_index": idx},
             )
+            return
+        # The launcher's own line is all there is: "failed (exitcode: 2) local_rank: 0 (pid: N)"
+        # (torchelastic, no failure summary) or DeepSpeed's "... exits with return code = 1".
+        exits = earliest_first(r for r in job.rows("worker_failed")
+                               if (r["data"].get("exitcode") or 0) > 0)
+        if exits:
+            d = exits[0]["data"]
+            who = f"local rank {d['local_rank']}" if d.get("local_rank") is not None \
+                else "a worker"
+            pid = f" (pid {d['pid']})" if d.get("pid") else ""
+            yield self.finding(
+                f"{who[0].upper()}{who[1:]}{pid} exited first with code {d['exitcode']}, "
+                "printing no Python traceback the inputs show (an error before Python ran the "
+                "script, or output sent elsewhere).",
+                evidence=[evidence_of(exits[0])], ranks=[exits[0]["rank"]],
+                hosts=[exits[0]["host"]], confidence=0.5, ts=exits[0]["ts"],
+                details={"exitcode": d["exitcode"], "local_rank": d.get("local_rank")})

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, ranks_of, subject
+from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
 
 class OutOfMemory(Rule):
@@ -70,7 +71,8 @@ class OutOfMemory(Rule):
         ranks = {r["data"]["rank"] for r in killed if isinstance(r["data"].get("rank"), int)}
         ranks |= {int(r["data"]["index"]) for r in killed  # mp.spawn's index is the rank
                   if r["kind"] == "spawn_failed" and str(r["data"].get("index", "")).isdigit()}
-        raised = {r["rank"] for r in job.rows("exception") if r["rank"] is not None}
+        raised = {r["rank"] for r in job.rows("exception")
+                  if r["rank"] is not None and not CONSEQUENCE.search(r["text"])}
         if ranks and ranks <= raised:
             return  # it raised first: its own error is the story (CRASH001)
         local = sorted({r["data"]["local_rank"] for r in killed
