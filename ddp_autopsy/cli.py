@@ -1,7 +1,7 @@
 """Command line: ``ddp-autopsy analyze | report | inspect | grep | collect | demo | rules | rule``.
 
-Exit codes (docs/json.md): 0 the command ran (whatever the verdict); 2 usage error; 3 nothing
-in the inputs could be read.
+Exit codes (docs/json.md): 0 the command ran (whatever the verdict); 1 grep matched nothing, or
+analyze --fail-on found what it names; 2 usage error; 3 nothing in the inputs could be read.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from ddp_autopsy.analyzer.sources import InputNote
 
 EXIT_OK = 0
-EXIT_NO_MATCH = 1  # grep only
+EXIT_NO_MATCH = 1  # grep
+EXIT_FINDINGS = 1  # analyze --fail-on: the analysis found what it names
 EXIT_USAGE = 2
 EXIT_NO_INPUT = 3
 
@@ -90,18 +91,25 @@ def _write_html(analysis, path: Path) -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="Output for people (text) or machines (json).")
+@click.option("--format", "fmt",
+              type=click.Choice(["text", "json", "sarif", "junit", "github"]), default="text",
+              show_default=True,
+              help="Output for people (text), machines (json), code scanning (sarif, SARIF "
+                   "2.1.0), test reports (junit) or GitHub Actions annotations (github).")
+@click.option("--fail-on", type=click.Choice(["root_cause", "error", "warning"]), default=None,
+              help="Exit 1 when the analysis finds a root cause / a finding of severity error "
+                   "or worse / of severity warning or worse (for CI; docs/ci.md).")
 @click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Also write the HTML post-mortem to this file.")
-@click.option("--color/--no-color", default=None, help="Force colours on or off.")
+@click.option("--color/--no-color", default=None,
+              help="Force colours on or off (default: on a terminal unless NO_COLOR is set).")
 @click.option("--raw-logs", is_flag=True,
               help="Re-read bundles' raw logs instead of the summaries collect wrote.")
 @click.option("--redact/--no-redact", default=False, show_default=True,
               help="Mask secrets in the text or JSON output too (the HTML report always is; "
                    "docs/redaction.md).")
-def analyze(paths: tuple[Path, ...], fmt: str, html_path: Path | None, color: bool | None,
-            raw_logs: bool, redact: bool) -> None:
+def analyze(paths: tuple[Path, ...], fmt: str, fail_on: str | None, html_path: Path | None,
+            color: bool | None, raw_logs: bool, redact: bool) -> None:
     """Analyze logs, log directories, archives or collect bundles of one job.
 
     Several PATHs (e.g. one bundle per node) are analyzed together as one job.
@@ -118,6 +126,14 @@ def analyze(paths: tuple[Path, ...], fmt: str, html_path: Path | None, color: bo
         from ddp_autopsy.reports import json_report
 
         click.echo(json_report.render(out, redact=redact))
+    elif fmt in ("sarif", "junit", "github"):
+        from ddp_autopsy.reports import ci_formats
+
+        render = {"sarif": ci_formats.render_sarif, "junit": ci_formats.render_junit,
+                  "github": ci_formats.render_github}[fmt]
+        text_out = render(out)
+        if text_out:
+            click.echo(text_out)
     else:
         from ddp_autopsy.reports import text
 
@@ -129,6 +145,11 @@ def analyze(paths: tuple[Path, ...], fmt: str, html_path: Path | None, color: bo
             from ddp_autopsy.reports.termsafe import termsafe
 
             click.echo("\n" + termsafe(f"HTML report: {shown(html_path)}"))
+    if fail_on:
+        from ddp_autopsy.reports.ci_formats import gate
+
+        if gate(analysis, fail_on):
+            sys.exit(EXIT_FINDINGS)
 
 
 @main.command()
