@@ -635,7 +635,7 @@ def test_collect_upload_sends_the_bundle_to_a_real_service(hung: SimpleNamespace
         link = next(line for line in res.stdout.splitlines() if line.startswith("uploaded: "))
         incident = link.rstrip("/").rsplit("/", 1)[-1]
         done = server.wait_analysed(incident)
-        assert done["status"] == "done", done
+        assert done["status"] == "done", (done.get("error"), done)
         res = runner.invoke(collect_command, ["--pid", str(hung.torchrun.pid), "--out",
                                               str(tmp_path / "c"), "--upload", server.url,
                                               "--token", "wrong"])
