@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_NO_MATCH = 1  # grep
 EXIT_FINDINGS = 1  # analyze --fail-on: the analysis found what it names
+EXIT_DEMO_FAILED = 1  # demo: the demo could not run
 EXIT_USAGE = 2
 EXIT_NO_INPUT = 3
 
@@ -155,7 +156,8 @@ def analyze(paths: tuple[Path, ...], fmt: str, fail_on: str | None, html_path: P
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
-              default=Path("report.html"), show_default=True)
+              default=Path("report.html"), show_default=True,
+              help="The HTML file to write (secrets are always masked in it).")
 def report(paths: tuple[Path, ...], output: Path) -> None:
     """Write a self-contained HTML post-mortem of the job to attach to a ticket."""
     from ddp_autopsy.analyzer.sources import shown
@@ -196,19 +198,25 @@ def inspect(paths: tuple[Path, ...], out: Path) -> None:
 @main.command()
 @click.argument("pattern")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--rank", type=int, help="Only lines known to come from this rank.")
+@click.option("--rank", type=int,
+              help="Only lines known to come from this global rank (their own prefix, their "
+                   "file, or their local rank mapped through the file or a bundle's manifest).")
+@click.option("--local-rank", type=int,
+              help="Only lines from this torchrun local rank ([default2]:, attempt_0/2/).")
 @click.option("-i", "--ignore-case", is_flag=True, help="Match regardless of case.")
 @click.option("--max", "limit", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Stop after this many lines.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+              show_default=True, help="Lines for people (text) or machines (json, "
+                                      "ddp_autopsy/schemas/grep.schema.json).")
 @click.option("--redact/--no-redact", default=False, show_default=True,
               help="Mask secrets in the lines shown (docs/redaction.md).")
-def grep(pattern: str, paths: tuple[Path, ...], rank: int | None, ignore_case: bool, limit: int,
-         fmt: str, redact: bool) -> None:
+def grep(pattern: str, paths: tuple[Path, ...], rank: int | None, local_rank: int | None,
+         ignore_case: bool, limit: int, fmt: str, redact: bool) -> None:
     """Search every line of the inputs (any layout, archives in place) for a regex, with the
-    rank each line comes from. Exit code 1 when nothing matched, as grep's."""
-    from ddp_autopsy.analyzer.grep import check_pattern
+    rank each line comes from. Exit code 1 when nothing matched, as grep's; 3 when no path
+    could be read."""
+    from ddp_autopsy.analyzer.grep import GrepStats, check_pattern
     from ddp_autopsy.analyzer.grep import grep as search
     from ddp_autopsy.analyzer.sources import InputNote
     from ddp_autopsy.redact import redact_fields
@@ -218,11 +226,13 @@ def grep(pattern: str, paths: tuple[Path, ...], rank: int | None, ignore_case: b
         pattern = f"(?i){pattern}"
     problem = check_pattern(pattern)
     if problem:
-        click.echo(f"ddp-autopsy: not a usable regex: {problem}", err=True)
+        click.echo(termsafe(f"ddp-autopsy: not a usable regex: {pattern}").rstrip()
+                   + "\n" + problem, err=True)
         sys.exit(EXIT_USAGE)
     notes: list[InputNote] = []
     hits = []
-    for hit in search(paths, pattern, notes, rank=rank):
+    stats = GrepStats()
+    for hit in search(paths, pattern, notes, rank=rank, local_rank=local_rank, stats=stats):
         if len(hits) == limit:
             notes.append(InputNote("(output)", f"more than {limit} lines matched: the first "
                                                f"{limit} are shown (--max)", "info"))
@@ -231,19 +241,30 @@ def grep(pattern: str, paths: tuple[Path, ...], rank: int | None, ignore_case: b
             hit = redact_fields(hit)
         hits.append(hit)
         if fmt == "text":
-            who = f" [rank {hit.rank}]" if hit.rank is not None else ""
+            who = f" [rank {hit.rank}]" if hit.rank is not None else \
+                f" [local rank {hit.local_rank}]" if hit.local_rank is not None else ""
             click.echo(termsafe(f"{hit.path}:{hit.line}{who}: {hit.text}"))
+    if stats.unmapped:
+        notes.append(InputNote("(output)", f"{stats.unmapped} matching line(s) of local rank "
+                                           f"{rank} whose global rank is unknown were left out "
+                                           f"(--local-rank {rank} shows them)", "info"))
     if fmt == "json":
         click.echo(json.dumps({"schema": "ddp-autopsy/grep/1", "pattern": pattern,
                                "hits": [h.to_dict() for h in hits],
                                "notes": [n.to_dict() for n in notes]}, indent=2))
     else:
         _echo_notes(notes)
+    if not stats.readable:
+        if fmt == "text":
+            click.echo("ddp-autopsy: nothing readable in the given paths", err=True)
+        sys.exit(EXIT_NO_INPUT)
     sys.exit(EXIT_OK if hits else EXIT_NO_MATCH)
 
 
 @main.command("rules")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="A table for people (text) or machines (json, "
+                                      "ddp_autopsy/schemas/rules.schema.json).")
 def rules_cmd(fmt: str) -> None:
     """List the diagnostic rules."""
     from ddp_autopsy.rules.catalog import rule_dict
@@ -258,15 +279,27 @@ def rules_cmd(fmt: str) -> None:
 
 @main.command("rule")
 @click.argument("code")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="The rule's documentation as Markdown (text) or JSON "
+                                      "(one entry of ddp_autopsy/schemas/rules.schema.json).")
 def rule_cmd(code: str, fmt: str) -> None:
     """Explain one rule (by code or slug)."""
+    from difflib import get_close_matches
+
     from ddp_autopsy.rules.catalog import rule_dict, rule_markdown
-    from ddp_autopsy.rules.engine import get_rule
+    from ddp_autopsy.rules.engine import get_rule, registry
 
     rule = get_rule(code)
     if rule is None:
-        raise click.UsageError(f"no rule {code!r}; see `ddp-autopsy rules`")
+        import re
+
+        names = [r.code for r in registry()] + [r.slug for r in registry()]
+        m = re.fullmatch(r"([A-Za-z]+)0*(\d+)", code.strip())
+        padded = [r.code for r in registry() if m and r.code == f"{m[1].upper()}{int(m[2]):03d}"]
+        close = padded or get_close_matches(code.upper(), names, n=3, cutoff=0.6) + \
+            get_close_matches(code.lower(), names, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(dict.fromkeys(close))}? " if close else ""
+        raise click.UsageError(f"no rule {code!r}; {hint}see `ddp-autopsy rules`")
     if fmt == "json":
         click.echo(json.dumps(rule_dict(rule), indent=2))
     else:
@@ -278,20 +311,27 @@ def rule_cmd(code: str, fmt: str) -> None:
               default=Path("ddp-autopsy-demo"), show_default=True,
               help="Where the job's logs and the bundle go.")
 @click.option("--html", "html_path", type=click.Path(path_type=Path, dir_okay=False),
-              default=Path("report.html"), show_default=True)
-def demo(out: Path, html_path: Path) -> None:
-    """Reproduce a real hung job on CPU, collect it with py-spy, and diagnose it."""
+              default=Path("report.html"), show_default=True,
+              help="Where to write the demo's HTML post-mortem.")
+@click.option("--color/--no-color", default=None,
+              help="Force colours on or off (default: on a terminal unless NO_COLOR is set).")
+def demo(out: Path, html_path: Path, color: bool | None) -> None:
+    """Reproduce a real hung job on CPU, collect it with py-spy, and diagnose it.
+
+    Exit code 0 when the demo ran (its verdict printed), 1 when it could not run (no torch,
+    the job did not hang, --out already holds a demo run), 2 usage error."""
     from ddp_autopsy.demo import DemoError, run_demo
     from ddp_autopsy.reports import text
 
+    _check_output(html_path)
     try:
         bundle = run_demo(out, log=lambda msg: click.echo(msg, err=True))
     except DemoError as err:
         click.echo(f"ddp-autopsy demo: {err}", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_DEMO_FAILED)
     click.echo(f"3/3 Analyzing the bundle: ddp-autopsy analyze {bundle}\n", err=True)
     analysis = _analyze((bundle,))
-    text.render(analysis)
+    text.render(analysis, color=color)
     _write_html(analysis, html_path)
     click.echo(f"\nHTML post-mortem: {html_path}   (the job's own logs: {out})")
 

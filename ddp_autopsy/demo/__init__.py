@@ -71,8 +71,17 @@ def run_demo(out: Path, log=print) -> Path:
         raise DemoError("the demo runs a real PyTorch job: install the torch extra, "
                         "pip install -c constraints.txt 'ddp-autopsy[torch]'") from err
     from ddp_autopsy.collectors import CollectOptions, collect
+    from ddp_autopsy.collectors.jobs import CollectError
 
-    out.mkdir(parents=True, exist_ok=True)
+    bundle = out / "bundle"
+    if bundle.exists() and (not bundle.is_dir() or any(bundle.iterdir())):
+        raise DemoError(f"{out} already holds a demo run ({bundle} exists): analyze it with "
+                        f"`ddp-autopsy analyze {bundle}`, or run the demo elsewhere with "
+                        f"--out NEW_DIR (or delete {out})")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DemoError(f"cannot create {out}: {err.strerror or err}") from err
     console = out / "console.log"
     script = Path(__file__).with_name("hung_job.py")
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={NPROC}",
@@ -88,8 +97,11 @@ def run_demo(out: Path, log=print) -> Path:
         _wait_ready(console, proc, READY_TIMEOUT_S)
         log(f"2/3 The job is stuck. Collecting it as you would on a cluster node: "
             f"ddp-autopsy collect --pid {proc.pid}")
-        result = collect(CollectOptions(pid=proc.pid, out=out / "bundle", logs=[console],
-                                        deadline_s=60, step_timeout_s=15))
+        try:
+            result = collect(CollectOptions(pid=proc.pid, out=bundle, logs=[console],
+                                            deadline_s=60, step_timeout_s=15))
+        except CollectError as err:
+            raise DemoError(f"collecting the demo job failed: {err}") from err
     finally:
         stop_job(proc)
     return result.bundle

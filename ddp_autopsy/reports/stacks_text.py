@@ -49,6 +49,7 @@ from ddp_autopsy.reports.termsafe import termsafe
 
 MAX_CHILDREN = 8
 RUN_HEAD, RUN_TAIL = 2, 4
+WIDE = 4096  # piped output: the width the tree is laid out in (lines are not padded to it)
 
 
 def _frame_line(f: Frame) -> Text:
@@ -59,8 +60,10 @@ def _frame_line(f: Frame) -> Text:
     return line
 
 
-def _label(tree: StackTree, node: Node) -> Text:
-    head = Text()
+def _label(tree: StackTree, node: Node, wrap: bool = True) -> Text:
+    # Piped (wrap False): a label's lines are never broken, whatever the width, so that a
+    # frame stays one line for grep and for people reading a CI log.
+    head = Text(no_wrap=not wrap, overflow="ignore" if not wrap else None)
     if node.thread:
         head.append(termsafe(f'thread "{node.thread}" · '), style="italic")
     head.append(termsafe(node.label), style="bold red" if node.outlier else "bold")
@@ -93,24 +96,25 @@ def _label(tree: StackTree, node: Node) -> Text:
     return out
 
 
-def _add(tree: StackTree, parent: Tree, node: Node, max_children: int) -> None:
-    branch = parent.add(_label(tree, node))
+def _add(tree: StackTree, parent: Tree, node: Node, max_children: int, wrap: bool) -> None:
+    branch = parent.add(_label(tree, node, wrap))
     for child in node.children[:max_children]:
-        _add(tree, branch, child, max_children)
+        _add(tree, branch, child, max_children, wrap)
     hidden = node.children[max_children:]
     if hidden:
         members = [tree.procs[m] for c in hidden for m in c.members]
         branch.add(Text(termsafe(f"… {len(hidden)} more branches ({who(members)})"), style="dim"))
 
 
-def renderable(tree: StackTree, max_children: int = MAX_CHILDREN) -> Tree:
-    """The tree as a rich renderable (its root line is the summary)."""
+def renderable(tree: StackTree, max_children: int = MAX_CHILDREN, wrap: bool = True) -> Tree:
+    """The tree as a rich renderable (its root line is the summary); ``wrap`` False keeps each
+    line whole, however wide (print it with ``crop=False``)."""
     n, k = len(tree.procs), len(tree.classes)
     unit = "process" if n == 1 else "processes"
     top = Tree(Text(f"{n} {unit} in {k} distinct stack{'s' if k != 1 else ''}"),
                hide_root=True, guide_style="dim")
     for child in tree.root.children[:max_children]:
-        _add(tree, top, child, max_children)
+        _add(tree, top, child, max_children, wrap)
     return top
 
 
@@ -129,10 +133,17 @@ def render(console: Console, tree: StackTree, *, title: str = "Where the ranks a
         console.print(Text(termsafe(f"Outlier: {c.label} {where}"), style="red"), soft_wrap=True)
     if len(tree.outliers) > 4:
         console.print(Text(f"… and {len(tree.outliers) - 4} more outlier stacks", style="red"))
-    console.print(renderable(tree, max_children))
-    if tree.threads is not None and tree.threads.procs:
-        console.print(Text("Other threads that run or hold the GIL", style="bold"))
-        console.print(renderable(tree.threads, max_children))
+    wrap = console.is_terminal  # piped: no line of the tree is broken mid-frame
+    width = console.width
+    if not wrap:  # rich lays a tree out within the console's width: widen it meanwhile
+        console.width = WIDE
+    try:
+        console.print(renderable(tree, max_children, wrap), crop=wrap)
+        if tree.threads is not None and tree.threads.procs:
+            console.print(Text("Other threads that run or hold the GIL", style="bold"))
+            console.print(renderable(tree.threads, max_children, wrap), crop=wrap)
+    finally:
+        console.width = width
     for role, side in tree.side.items():
         console.print(Text(termsafe(f"{role.capitalize()} processes: {side.label}, "
                                     f"{len(side.classes)} distinct stack(s)"), style="dim"),

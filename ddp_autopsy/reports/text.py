@@ -31,12 +31,19 @@ def _evidence(console: Console, f: Finding, indent: str, limit: int = 3) -> None
         console.print(line, soft_wrap=True)
 
 
+def make_console(out: TextIO | None = None, color: bool | None = None) -> Console:
+    """The console for a report: ``color`` True (``--color``) forces colours even into a pipe
+    or under NO_COLOR; False (``--no-color``) never; None lets rich decide (colour on a
+    terminal, none when the NO_COLOR environment variable is set or output is piped)."""
+    return Console(file=out, highlight=False, no_color=None if color is None else not color,
+                   force_terminal=True if color else None)
+
+
 def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = None,
            redact: bool = False) -> None:
     """Print the report; ``redact`` masks secrets in what the job's own lines show (the
     findings of a redacted analysis are masked already)."""
-    console = Console(file=out, highlight=False, no_color=color is False,
-                      force_terminal=color if color else None)
+    console = make_console(out, color)
     job = analysis.job
     logs = [i for i in job.inputs if i.kind == "log"]
     n_lines = sum(i.lines for i in logs)

@@ -54,12 +54,18 @@ class PortInUse(Rule):
             h = holders[0]
             cmd = " ".join(h.get("holder_cmdline") or [])[:120]
             summary += f"; it is held by pid {h['holder_pid']} ({cmd})"
-        # Only the store host binds the port: rank 0's process, or node 0's torchrun agent.
-        ranks = ranks_of(rows) or {0}
+        # Only the store host binds the port: rank 0's process, or node 0's torchrun agent. When
+        # no input names any rank, no worker started: the agent failed, not "rank 0".
+        ranks = ranks_of(rows) or ({0} if job.ranks.height else set())
+        remedy = self.remedy()
+        if len(ports) == 1:
+            remedy = remedy.replace("sport = :PORT", f"sport = :{ports[0]}").replace(
+                "--master-port PORT", f"--master-port <a free port, not {ports[0]}>")
         yield self.finding(
             summary + ".",
             evidence=[evidence_of(r) for r in rows[:3]],
             ranks=ranks,
+            remedy=remedy,
             hosts=[r["host"] for r in rows],
             confidence=0.95,
             ts=first_ts(rows),
