@@ -163,9 +163,11 @@ def test_report_opens_cleanly_light_dark_and_without_js(
 
 
 LIGHT = ("rgb(255, 255, 255)", "rgb(28, 33, 40)")  # --bg, --fg of the light palette
+#: Folded parts that unfold on paper; ``.stay-folded`` (the verdict's evidence in context, ruled
+#: out rules, the file list) stay folded, ``.no-print`` (rule documentation) is not printed.
 FOLDED = ("[...document.querySelectorAll('details:not([open])')].flatMap(d => [...d.children]"
-          ".filter(c => c.tagName !== 'SUMMARY')).map(c => c.checkVisibility()"
-          " && c.getBoundingClientRect().height > 0)")
+          ".filter(c => c.tagName !== 'SUMMARY').map(c => [d.matches('.stay-folded, .no-print,"
+          " .no-print *'), c.checkVisibility() && c.getBoundingClientRect().height > 0]))")
 COLOURS = ("[getComputedStyle(document.body).backgroundColor, getComputedStyle(document.body)"
            ".color, getComputedStyle(document.documentElement).colorScheme]")
 
@@ -179,14 +181,16 @@ def test_print_is_light_and_unfolded_without_js(
     opened = open_page(path, scheme="dark", js=False)
     page = opened.page
     assert page.evaluate(COLOURS)[:2] != list(LIGHT)  # dark on screen
+    page.evaluate("document.querySelector('#tree-1 details').open = false")  # a reader folds
     folded = page.evaluate(FOLDED)
-    assert folded and not any(folded)  # something is folded, and hidden on screen
+    assert any(not stays for stays, _ in folded) and any(stays for stays, _ in folded)
+    assert not any(shown for _, shown in folded)  # folded parts are hidden on screen
     page.emulate_media(media="print", color_scheme="dark")
     assert page.evaluate("matchMedia('print and (prefers-color-scheme: dark)').matches")
     assert page.evaluate("CSS.supports('selector(::details-content)')")
     assert page.evaluate(COLOURS) == [*LIGHT, "light"]
-    assert all(page.evaluate(FOLDED))
-    assert page.locator("details:not([open]) h4, details:not([open]) dl").first.is_visible()
+    assert all(shown != stays for stays, shown in page.evaluate(FOLDED))
+    assert not page.locator("details.about").first.is_visible()
     shoot(page, f"{name}-print-dark-nojs")
     page.pdf(path=str(ARTIFACTS / f"{name}-print-dark-nojs.pdf"), print_background=True)
     # Dark chosen with the theme switch (data-theme="dark"): paper is light too.
@@ -232,7 +236,8 @@ def test_interactions(fixture_hang: Path, open_page: Callable[..., Opened]) -> N
     page.click('button[data-tree="tree-1"][data-open="0"]')
     assert page.evaluate("document.querySelectorAll('#tree-1 details[open]').length") == 0
     page.evaluate("window.dispatchEvent(new Event('beforeprint'))")
-    assert page.evaluate("document.querySelectorAll('details:not([open])').length") == 0
+    assert page.evaluate("document.querySelectorAll('details:not([open]):not(.stay-folded)"
+                         ":not(.no-print)').length") == 0
     page.evaluate("window.dispatchEvent(new Event('afterprint'))")
     assert page.evaluate("document.querySelectorAll('#tree-1 details[open]').length") == 0
     page.goto(f"{fixture_hang.as_uri()}#F1")
@@ -264,3 +269,117 @@ def test_4096_ranks_size_and_load_time(tmp_path: Path,
     shutil.copy(path, ARTIFACTS / "synthetic-4096.html")
     assert size <= 5 * MB, size
     assert timing["load"] < 2000, timing
+
+
+# --------------------------------------------------------------------------- issue 16
+
+
+@pytest.fixture(scope="module")
+def hang3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 3-rank hang: stacks of every rank (rank 1 in evaluate) and the others' timeouts."""
+    root = tmp_path_factory.mktemp("hang3")
+    return write_report([write_hang(root / "job", world=3, odd=1)], root / "report.html")
+
+
+@pytest.fixture(scope="module")
+def logs_only_timeout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Only the console log of the hang: ranks 0 and 2 time out in ALLREDUCE #12, rank 1 (the
+    culprit) never says a word."""
+    root = tmp_path_factory.mktemp("logs_only")
+    job = write_hang(root / "job", world=3, odd=1)
+    for stack in job.glob("stack_rank*.txt"):
+        stack.unlink()
+    return write_report([job], root / "report.html")
+
+
+def visible_text_count(page: Any, text: str) -> int:
+    """How many times ``text`` is in the page's rendered (visible) text."""
+    return page.evaluate("t => document.body.innerText.split(t).length - 1", text)
+
+
+def test_verdict_once_above_the_fold(hang3: Path, open_page: Callable[..., Opened]) -> None:
+    page = open_page(hang3).page
+    headline = page.inner_text("#verdict h1")
+    assert headline.startswith("Rank 1 never reached the collective")
+    assert visible_text_count(page, headline) == 1
+    box = page.locator("#verdict .remedy").bounding_box()
+    assert box is not None and box["y"] + box["height"] <= 900  # the whole card, unscrolled
+    # The finding behind it is there for its anchors, its evidence folded.
+    assert page.locator("#F1").is_visible() and not page.locator("#F1-e1").is_visible()
+    page.click("#verdict .ev a")  # the card's evidence link opens the fold
+    assert page.locator("#F1-e1").is_visible()
+
+
+def test_rank_table_sorts_and_filters(fixture_hang: Path,
+                                     open_page: Callable[..., Opened]) -> None:
+    opened = open_page(fixture_hang)
+    page = opened.page
+
+    def first_cells() -> list[str]:
+        return page.eval_on_selector_all(
+            "#rank-table tbody tr:not([hidden])", "rs => rs.map(r => r.cells[0].textContent)")
+
+    assert first_cells() == ["2", "0-1,3 (3)"]  # the culprit first
+    assert "culprit" in page.inner_text("#rank-table tbody tr:first-child")
+    page.click("#rank-table th:nth-child(1)")
+    assert first_cells() == ["0-1,3 (3)", "2"]
+    assert page.get_attribute("#rank-table th:nth-child(1)", "aria-sort") == "ascending"
+    page.click("#rank-table th:nth-child(1)")
+    assert first_cells() == ["2", "0-1,3 (3)"]
+    page.click("#rank-table th:nth-child(2)")  # by state: busy < failed
+    assert first_cells() == ["2", "0-1,3 (3)"]
+    page.fill("#rank-filter", "all_reduce")
+    assert first_cells() == ["0-1,3 (3)"]
+    assert page.inner_text("#rank-count") == "1 of 2 rows"
+    page.fill("#rank-filter", "")
+    assert len(first_cells()) == 2
+    assert opened.errors == [], opened.errors
+
+
+@pytest.mark.parametrize("name", ["fixture_hang", "hang3", "logs_only_timeout",
+                                  "probe_bundle"])
+def test_no_horizontal_overflow_at_390px(name: str, request: pytest.FixtureRequest,
+                                          browser: Any) -> None:
+    path: Path = request.getfixturevalue(name)
+    ctx = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        page = ctx.new_page()
+        page.goto(path.as_uri(), wait_until="load")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, width
+        shoot(page, f"{name}-390")
+    finally:
+        ctx.close()
+
+
+def pdf_pages(pdf: bytes) -> int:
+    return len(re.findall(rb"/Type\s*/Page[^s]", pdf))
+
+
+def test_three_rank_hang_prints_on_two_pages(hang3: Path,
+                                             open_page: Callable[..., Opened]) -> None:
+    page = open_page(hang3).page
+    page.emulate_media(media="print")
+    assert page.evaluate("[...document.querySelectorAll('.anchor')]"
+                         ".every(a => !a.checkVisibility())")  # no printed '#'
+    pdf = page.pdf(format="A4")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "hang3-print.pdf").write_bytes(pdf)
+    assert 1 <= pdf_pages(pdf) <= 2, pdf_pages(pdf)
+    # A margin on every side: @page, not the browser's default of none.
+    assert page.evaluate("[...document.styleSheets].some(s => [...s.cssRules].some(r => "
+                         "r instanceof CSSPageRule && r.style.margin))")
+
+
+def test_logs_only_timeout_marks_the_culprit_everywhere(
+        logs_only_timeout: Path, open_page: Callable[..., Opened]) -> None:
+    page = open_page(logs_only_timeout).page
+    assert page.inner_text("#verdict h1").startswith("Rank 1 never reached")
+    assert page.get_attribute("#r1", "class") == "culprit"
+    assert {page.get_attribute(f"#r{r}", "class") for r in (0, 2)} == {"failed"}
+    culprit_rows = page.locator("#rank-table tr.culprit-row")
+    assert culprit_rows.count() == 1
+    assert culprit_rows.first.locator("td").first.inner_text() == "1"
+    others = page.locator("#rank-table tbody tr:not(.culprit-row)")
+    assert others.count() >= 1
+    assert all("culprit" not in others.nth(i).inner_text() for i in range(others.count()))

@@ -189,12 +189,15 @@ def crash(tmp_path_factory: pytest.TempPathFactory) -> tuple[Analysis, str]:
 def test_sections_and_anchors(hang: tuple[Analysis, str]) -> None:
     a, doc = hang
     assert doc.startswith("<!doctype html>")
-    for section in ("verdict", "findings", "stacks", "ranks", "timeline", "environment",
-                    "inputs", "collection"):
+    for section in ("verdict", "findings", "stacks", "ranks", "timeline", "inputs",
+                    "collection"):
         assert f'<section id="{section}"' in doc and f'href="#{section}"' in doc
+    # Logs and stacks, no bundle: no environment section, one line says why.
+    assert '<section id="environment"' not in doc and 'href="#environment"' not in doc
+    assert "Not in the inputs: <b>versions and environment</b>" in doc
     assert a.verdict is not None and a.verdict.rule == "COLL002"
     for f in a.findings:
-        assert f'<article class="finding" id="{f.id}">' in doc
+        assert re.search(f'<article class="finding[^"]*" id="{f.id}">', doc)
         for i in range(1, len(f.evidence) + 1):
             assert f'id="{f.id}-e{i}"' in doc and f'href="#{f.id}-e{i}"' in doc
     assert 'href="#F1"' in doc and "follows from" in doc
@@ -204,7 +207,7 @@ def test_verdict_names_the_culprit(hang: tuple[Analysis, str]) -> None:
     _, doc = hang
     verdict = doc.split('<section id="verdict"', 1)[1].split("</section>", 1)[0]
     assert "Rank 2 never reached the collective" in verdict and "Remedy." in verdict
-    assert "<code>dist.barrier()</code>" in verdict  # backticks become code spans
+    assert '<code class="nw">dist.barrier()</code>' in verdict  # code spans, unbroken
 
 
 def test_evidence_lines_are_shown_in_context(crash: tuple[Analysis, str]) -> None:
@@ -365,9 +368,13 @@ def test_no_verdict_and_no_stacks(tmp_path: Path) -> None:
     (tmp_path / "train.log").write_text("step 0 loss 1.0\nstep 1 loss 0.5\n")
     doc = html.render(analyse(tmp_path))
     assert "No root cause found" in doc and "Nothing in the inputs looks like a failure" in doc
-    assert "No stack dumps in the inputs" in doc
-    assert "not evaluated: no stacks in the inputs" in doc  # COLL002, under "Not examined"
-    assert "No timestamped events" in doc
+    # Empty sections are left out; one line says what is missing and how to get it.
+    for name in ("stacks", "timeline", "environment"):
+        assert f'<section id="{name}"' not in doc and f'href="#{name}"' not in doc
+    absent = doc.split('id="absent">', 1)[1].split("</p>", 1)[0]
+    assert "<b>stack dumps</b> (run ddp-autopsy collect" in absent
+    assert "<b>a timeline</b>" in absent and "<b>versions and environment</b>" in absent
+    assert "not evaluated: no stack dumps in the inputs" in doc  # COLL002, under "Not examined"
 
 
 def test_environment_shows_only_what_differs(tmp_path: Path) -> None:
@@ -419,9 +426,70 @@ def test_collection_metadata(tmp_path: Path) -> None:
     section = doc.split('<section id="collection"', 1)[1].split("</section>", 1)[0]
     for text in ("bundle-node7", "node7", "2026-11-22T13:24:00+00:00", "1 agent, 1 worker",
                  "1 timeout", "py-spy dump 2", "timeout hit", "ptrace denied for pid 3",
-                 "torchrun"):
+                 "torchrun", "<dd>3.20 s</dd>", "<dd>60 s</dd>", "<dd>no: some steps"):
         assert text in section, text
+    assert "<dd>False</dd>" not in section and "<dd>3.2</dd>" not in section
     assert PROBE not in doc
+
+
+def test_verdict_is_shown_once(hang: tuple[Analysis, str]) -> None:
+    a, doc = hang
+    assert a.verdict is not None
+    summary = str(escape(a.verdict.summary))
+    assert summary in section(doc, "verdict")
+    findings = section(doc, "findings")
+    assert summary not in findings and a.verdict.remedy[:40] not in findings
+    # Its evidence in context is still there (folded), anchors and all.
+    fold = findings.split('<details class="ev-fold', 1)[1].split("</details>", 1)[0]
+    for i in range(1, len(a.verdict.evidence) + 1):
+        assert f'id="{a.verdict.id}-e{i}"' in fold
+
+
+def test_not_examined_says_what_is_missing_and_how_to_get_it(
+        hang: tuple[Analysis, str]) -> None:
+    a, doc = hang
+    inputs = section(doc, "inputs")
+    assert "no collectives" not in inputs
+    row = next(r for r in inputs.split("<tr>") if "COLL005" in r)
+    for code in ("COLL005", "COLL006", "COLL007", "COLL008"):  # one row for one reason
+        assert code in row
+    assert "no Flight Recorder dumps" in row and "TORCH_FR_BUFFER_SIZE=2000" in row
+    assert "TORCH_FR_DUMP_ON_TIMEOUT=1" in row
+    # The terminal words it the same way (reports/wording.py).
+    from ddp_autopsy.reports import wording
+    fr = next(o for o in a.outcomes if o.rule == "COLL005")
+    assert "no Flight Recorder dumps" in wording.not_examined(fr)
+    # Ruled out: a count, the list folded.
+    ruled = [o for o in a.outcomes if o.status == "ruled_out"]
+    m = re.search(r'<details class="small ruled-out[^"]*"><summary><b>Ruled out: (\d+) rules',
+                  inputs)
+    assert m is not None and int(m.group(1)) == len(ruled) > 10
+
+
+def test_rank_table_groups_ranks_and_marks_the_culprit(hang: tuple[Analysis, str]) -> None:
+    _, doc = hang
+    ranks = section(doc, "ranks")
+    rows = re.findall(r'<tr class="st-(\w+)( culprit-row)?"><td data-v="(\d+)" class="rk">'
+                      r"([^<]+)", ranks)
+    assert [(st, bool(c), first, label.strip()) for st, c, first, label in rows] == [
+        ("busy", True, "2", "2"), ("failed", False, "0", "0-1,3")]
+    assert ranks.count("culprit</span>") == 1
+    assert "(train.py:31)" in ranks.split("culprit-row", 1)[1].split("</tr>", 1)[0]
+
+
+def test_bundle_logs_read_from_summaries_have_their_size(tmp_path: Path) -> None:
+    from ddp_autopsy.analyzer.job import load
+    from ddp_autopsy.collectors import summaries
+
+    bundle = write_probe_bundle(tmp_path / "b")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["summaries"] = summaries.write(bundle)  # as collect does
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    job = load([bundle])
+    assert not any(i.path.endswith("summaries") for i in job.inputs)
+    logs = [i for i in job.inputs if i.kind == "log"]
+    assert logs and all(i.bytes == (bundle / "logs" / "console.log").stat().st_size
+                        for i in logs)
 
 
 # --------------------------------------------------------------------------- safety

@@ -493,6 +493,7 @@ def _load_summaries(tree: Tree, bundle: Bundle, notes: list[InputNote],
                                f"summary unreadable, raw logs read instead: {err}", "info"))
         return False
     display = {m.relpath: m.display for m in tree.members}
+    sizes = {m.relpath: m.size or 0 for m in tree.members}
     events = events.with_columns(
         pl.col("source").replace_strict(display, default=None)
         .fill_null(pl.lit(f"{tree.display}/") + pl.col("source")).alias("source"))
@@ -500,7 +501,7 @@ def _load_summaries(tree: Tree, bundle: Bundle, notes: list[InputNote],
     for rel, lines in (entry.get("logs") or {}).items():
         path = display.get(rel, f"{tree.display}/{rel}")
         n = events.filter(pl.col("source") == path).height
-        inputs.append(InputRecord(path, "log", int(lines), 0, n))
+        inputs.append(InputRecord(path, "log", int(lines), sizes.get(rel, 0), n))
     return True
 
 

@@ -47,9 +47,31 @@ def who(f: Finding, clean: Callable[[str], str] = str) -> str:
     return who_of(f.ranks, f.hosts, clean)
 
 
+#: What a rule's missing input is, in the user's words, and how to get it next time.
+MISSING: dict[str, tuple[str, str]] = {
+    "collectives": ("Flight Recorder dumps",
+                    "set TORCH_FR_BUFFER_SIZE=2000 and TORCH_FR_DUMP_ON_TIMEOUT=1 in the job's "
+                    "environment (dumps go to TORCH_FR_DUMP_TEMP_FILE), or run "
+                    "`ddp-autopsy collect` while it hangs"),
+    "stacks": ("stack dumps", "run `ddp-autopsy collect` (py-spy) while the job hangs"),
+    "stack_tree": ("stack dumps", "run `ddp-autopsy collect` (py-spy) while the job hangs"),
+    "processes": ("collect bundles", "run `ddp-autopsy collect` on each node"),
+}
+
+
 def not_examined(o: Outcome) -> str:
-    """Why a rule did not run: ``not evaluated (no stacks in the inputs)`` / ``rule failed``."""
+    """Why a rule did not run, and how to make it run: ``not evaluated: no Flight Recorder
+    dumps in the inputs (set TORCH_FR_BUFFER_SIZE=2000 ...)`` / ``rule failed``.
+
+    >>> from ddp_autopsy.rules.base import Outcome
+    >>> not_examined(Outcome("COLL005", "collective-not-joined", "not_evaluated",
+    ...                      missing=["collectives"]))[:59]
+    'not evaluated: no Flight Recorder dumps in the inputs (set '
+    """
     if o.status == "not_evaluated":
-        return f"not evaluated (no {', '.join(o.missing)} in the inputs)"
+        names = list(dict.fromkeys(MISSING.get(m, (m, ""))[0] for m in o.missing))
+        hints = list(dict.fromkeys(MISSING[m][1] for m in o.missing if m in MISSING))
+        how = f" ({'; '.join(hints)})" if hints else ""
+        return f"not evaluated: no {', '.join(names)} in the inputs{how}"
     last = (o.error or "").strip().splitlines()[-1:] or ["?"]
     return f"rule failed ({last[0]}); the other rules ran"

@@ -37,6 +37,7 @@ from ddp_autopsy.reports.html.environment import EnvView, env_view
 from ddp_autopsy.reports.html.findings import ContextReader, FindingView, finding_view
 from ddp_autopsy.reports.html.grid import STATES, GridView, grid_view, rank_states
 from ddp_autopsy.reports.html.inputs import BundleView, InputsView, bundle_views, inputs_view
+from ddp_autopsy.reports.html.ranks import RankTableView, rank_table_view
 from ddp_autopsy.reports.html.stacks import TreeView, tree_view
 from ddp_autopsy.reports.html.timeline import TimelineView, timeline_view
 from ddp_autopsy.rules.engine import Analysis
@@ -68,6 +69,9 @@ class Page:
     script: Markup
     data: Markup
     collectives: list[CollGroupView] = field(default_factory=list)
+    ranks: RankTableView | None = None
+    #: Sections left out for want of input: (what, how to get it), said in one line.
+    absent: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _facts(analysis: Analysis, tree: StackTree) -> list[tuple[str, str]]:
@@ -132,18 +136,29 @@ def page(analysis: Analysis, tree: StackTree | None = None,
     headline = verdict.summary if verdict else "No root cause found"
     when = now or datetime.now().astimezone()
     bundles = bundle_views(job)
+    timeline = timeline_view(analysis)
+    env = env_view(job.env)
+    absent = []
+    if not job.stacks.height:
+        absent.append(("stack dumps", "run ddp-autopsy collect while the job hangs: py-spy "
+                       "shows where every rank is"))
+    if timeline is None:
+        absent.append(("a timeline", "fewer than two timestamped moments"))
+    if env is None:
+        absent.append(("versions and environment", "ddp-autopsy collect bundles hold them"))
     return Page(
         title=f"ddp-autopsy: {clean(headline, 120)}",
         generated=when.isoformat(sep=" ", timespec="seconds"),
         version=__version__, headline=headline, facts=_facts(analysis, tree),
         verdict=verdict, findings=findings,
         no_failure=not analysis.findings, trees=trees, has_stacks=bool(job.stacks.height),
-        grid=grid_view(analysis), timeline=timeline_view(analysis),
-        env=env_view(job.env), inputs=inputs_view(analysis), bundles=bundles[:64],
+        grid=grid_view(analysis), timeline=timeline,
+        env=env, inputs=inputs_view(analysis), bundles=bundles[:64],
         bundles_more=max(0, len(bundles) - 64), elapsed=f"{job.elapsed_s:.2f} s",
         csp=csp, script=Markup(script),
         data=script_json(redact_obj(json_report.to_dict(analysis))),
-        collectives=collectives_views(analysis),
+        collectives=collectives_views(analysis), ranks=rank_table_view(analysis),
+        absent=absent,
     )
 
 

@@ -24,6 +24,7 @@ MAX_ACTIONS = 200
 GRID_FOLD_ABOVE = 8192  # ranks; beyond, uniform rows of the grid are folded into bars
 TIMELINE_MAX_LANES = 32
 TIMELINE_MAX_MARKS = 3000
+CODE_NOWRAP = 32  # characters: shorter code spans do not wrap
 
 
 def clean(text: Any, limit: int = LINE_LIMIT) -> str:
@@ -51,12 +52,17 @@ def doc_html(text: str) -> Markup:
 
 
 def code_spans(text: str) -> Markup:
-    """Escaped text with ```code``` spans as ``<code>``.
+    """Escaped text with ```code``` spans as ``<code>``; short spans never break inside
+    (``--master-port``), long ones may.
 
     >>> str(code_spans("run `dist.barrier()` <now>"))
-    'run <code>dist.barrier()</code> &lt;now&gt;'
+    'run <code class="nw">dist.barrier()</code> &lt;now&gt;'
     """
-    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", str(escape(text))))
+    def span(m: re.Match[str]) -> str:
+        short = len(m.group(1)) <= CODE_NOWRAP
+        return f'<code class="nw">{m.group(1)}</code>' if short else f"<code>{m.group(1)}</code>"
+
+    return Markup(re.sub(r"`([^`]+)`", span, str(escape(text))))
 
 
 def script_json(obj: Any) -> Markup:

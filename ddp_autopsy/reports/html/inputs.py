@@ -7,7 +7,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ddp_autopsy.reports.html.common import MAX_ACTIONS, MAX_INPUT_ROWS, clean
+from ddp_autopsy.reports import wording
+from ddp_autopsy.reports.html.common import (
+    MAX_ACTIONS,
+    MAX_INPUT_ROWS,
+    clean,
+    code_spans,
+)
 from ddp_autopsy.rules.engine import Analysis, get_rule
 
 
@@ -17,7 +23,7 @@ class InputsView:
     more: int
     by_kind: list[tuple[str, int]]
     notes: list[dict[str, str]]
-    not_evaluated: list[dict[str, str]]
+    not_evaluated: list[dict[str, Any]]  # rules grouped by why: {rules, why}
     errored: list[dict[str, str]]
     ruled_out: list[dict[str, str]]
     fired: list[dict[str, str]]
@@ -33,10 +39,16 @@ def inputs_view(analysis: Analysis) -> InputsView:
         rule = get_rule(code)
         return {"rule": code, "slug": slug, "title": rule.title() if rule else "", **extra}
 
-    not_eval, errored, ruled_out, fired = [], [], [], []
+    not_eval: list[dict[str, Any]] = []
+    errored, ruled_out, fired = [], [], []
     for o in analysis.outcomes:
         if o.status == "not_evaluated":
-            not_eval.append(rule_row(o.rule, o.slug, missing=", ".join(o.missing)))
+            why = wording.not_examined(o)
+            group = next((g for g in not_eval if g["text"] == why), None)
+            if group is None:
+                group = {"text": why, "why": code_spans(why), "rules": []}
+                not_eval.append(group)
+            group["rules"].append(rule_row(o.rule, o.slug))
         elif o.status == "errored":
             tb = (o.error or "").strip()
             errored.append(rule_row(o.rule, o.slug, last=clean(tb.splitlines()[-1] if tb else "?",
@@ -74,14 +86,27 @@ def _scalar(v: Any) -> str:
     return clean(v, 300)
 
 
+def _seconds(v: Any) -> str | None:
+    """``0.273`` → ``0.27 s``; ``30`` → ``30 s``; anything else as it is."""
+    if isinstance(v, bool) or v is None:
+        return None if v is None else str(v)
+    if isinstance(v, int | float):
+        return f"{v:.2f} s" if v < 10 else f"{v:,.0f} s"
+    return str(v)
+
+
 def bundle_views(job: Any) -> list[BundleView]:
     out = []
     for b in job.bundles:
         man = b.manifest if isinstance(b.manifest, dict) else {}
         tool = man.get("tool") if isinstance(man.get("tool"), dict) else {}
-        facts = [("host", man.get("host")), ("created", man.get("created")),
-                 ("complete", man.get("complete")), ("duration", man.get("duration_s")),
-                 ("deadline", man.get("deadline_s")), ("step timeout", man.get("step_timeout_s")),
+        complete = man.get("complete")
+        facts = [("host", man.get("host")), ("collected at", man.get("created")),
+                 ("complete", None if complete is None else "yes" if complete is True
+                  else "no: some steps failed or timed out (see below)"),
+                 ("took", _seconds(man.get("duration_s"))),
+                 ("deadline", _seconds(man.get("deadline_s"))),
+                 ("step timeout", _seconds(man.get("step_timeout_s"))),
                  ("tool", f"{tool.get('name', '?')} {tool.get('version', '?')}" if tool else None),
                  ("schema", man.get("schema"))]
         jobd = man.get("job") if isinstance(man.get("job"), dict) else {}

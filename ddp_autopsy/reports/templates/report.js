@@ -68,6 +68,57 @@
     }
   }
 
+  // Rank table: sort by a column (click its heading), filter rows by any text.
+  var rt = document.getElementById("rank-table");
+  if (rt) {
+    var body = rt.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    var heads = rt.tHead.rows[0].cells;
+    var keyOf = function (row, col, numeric) {
+      var cell = row.cells[col];
+      if (numeric) { return parseFloat(cell.getAttribute("data-v") || cell.textContent) || 0; }
+      return cell.textContent.toLowerCase();
+    };
+    var sortBy = function (col) {
+      var th = heads[col];
+      var dir = th.getAttribute("aria-sort") === "ascending" ? -1 : 1;
+      var numeric = th.getAttribute("data-sort") === "n";
+      for (var h = 0; h < heads.length; h++) { heads[h].removeAttribute("aria-sort"); }
+      th.setAttribute("aria-sort", dir > 0 ? "ascending" : "descending");
+      var keyed = rows.map(function (r, i) { return [keyOf(r, col, numeric), i, r]; });
+      keyed.sort(function (a, b) {
+        return a[0] < b[0] ? -dir : a[0] > b[0] ? dir : a[1] - b[1];
+      });
+      var frag = document.createDocumentFragment();
+      for (var k2 = 0; k2 < keyed.length; k2++) { frag.appendChild(keyed[k2][2]); }
+      body.appendChild(frag);
+    };
+    for (var h = 0; h < heads.length; h++) {
+      if (heads[h].hasAttribute("data-sort")) {
+        heads[h].tabIndex = 0;
+        heads[h].addEventListener("click", sortBy.bind(null, h));
+        heads[h].addEventListener("keydown", function (col, ev) {
+          if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); sortBy(col); }
+        }.bind(null, h));
+      }
+    }
+    var texts = rows.map(function (r) { return r.textContent.toLowerCase(); });
+    var filter = document.getElementById("rank-filter");
+    var count = document.getElementById("rank-count");
+    document.getElementById("rank-tools").hidden = false;
+    filter.addEventListener("input", function () {
+      var want = filter.value.trim().toLowerCase();
+      var shown = 0;
+      for (var r = 0; r < rows.length; r++) {
+        var hit = want === "" || texts[r].indexOf(want) >= 0 ||
+          rows[r].cells[0].getAttribute("data-v") === want;
+        rows[r].hidden = !hit;
+        if (hit) { shown++; }
+      }
+      count.textContent = want === "" ? "" : shown + " of " + rows.length + " rows";
+    });
+  }
+
   // Stack trees: expand or fold every branch.
   var toggles = document.querySelectorAll("button[data-tree]");
   for (var i = 0; i < toggles.length; i++) {
@@ -84,7 +135,7 @@
   // Printing: open every folded part, restore afterwards.
   var reopened = [];
   window.addEventListener("beforeprint", function () {
-    var ds = document.querySelectorAll("details:not([open])");
+    var ds = document.querySelectorAll("details:not([open]):not(.no-print):not(.stay-folded)");
     for (var i = 0; i < ds.length; i++) { ds[i].open = true; reopened.push(ds[i]); }
   });
   window.addEventListener("afterprint", function () {
