@@ -350,9 +350,15 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
                             "info" if d.status == "duplicate" else "warning")
                   for d in read if not d.ok and d.note()]
     job, repeated = snapshots.merge_repeated(job)  # one set of processes, however many bundles
-    job.snapshot_moves = repeated + [m for tree, b in bundle_trees
-                                     for m in snapshots.movement(snapshots.read_tree(tree,
-                                                                                     b.manifest))]
+    moves = repeated + [m for tree, b in bundle_trees
+                        for m in snapshots.movement(snapshots.read_tree(tree, b.manifest))]
+    # One movement per process: the one that saw it most often (copies of a bundle repeat its
+    # own snapshots), moved if any of them saw it move.
+    by_pid: dict[int, Any] = {}
+    for m in sorted(moves, key=lambda m: m.snapshots):
+        prev = by_pid.get(m.pid)
+        by_pid[m.pid] = m if prev is None or not prev.moved or m.moved else prev
+    job.snapshot_moves = sorted(by_pid.values(), key=lambda m: (m.rank is None, m.rank, m.pid))
     job.ranks = _ranks_frame(job)
     job.elapsed_s = time.perf_counter() - t0
     return job

@@ -7,6 +7,7 @@ LAUNCH = {"launcher": "torchrun", "nproc": 3, "hang": True, "timeout_s": 40}
 EXPECT = {
     "cause": "collective_mismatch",
     "ranks": [1],
+    "frame": "wait_for_checkpoint",
     "notes": "rank 1 in barrier (from wait_for_checkpoint); ranks 0, 2 in all_reduce (from main)",
 }
 
