@@ -161,17 +161,26 @@ class Analysis:
 
 
 def analyze(paths: PathLike | Iterable[PathLike], *, raw_logs: bool = False,
-            redact: bool = False) -> Analysis:
+            redact: bool = False, config: PathLike | bool | None = None) -> Analysis:
     """Analyze logs, log directories, archives or collect bundles of one job, as
     ``ddp-autopsy analyze`` does.
 
     ``paths``: one path or several (analyzed together as one job). ``raw_logs``: re-read
     bundles' raw logs instead of collect's summaries. ``redact``: mask secrets in the findings.
+    ``config``: a configuration file (docs/config.md); None finds one from the current
+    directory as the CLI does, False uses none.
     Raises :class:`AnalysisError` when nothing could be read, :class:`TypeError` for an empty
-    ``paths``.
+    ``paths``, ``ddp_autopsy.config.ConfigError`` for an unusable configuration.
     """
+    from ddp_autopsy import config as configuration
     from ddp_autopsy.analyzer.job import load
-    from ddp_autopsy.rules.engine import run
+    from ddp_autopsy.rules.engine import registry, run
+
+    if config is True:
+        config = None
+    conf = configuration.load(Path(config) if config not in (None, False) else None,
+                              discover=config is not False)
+    rules = conf.rules(registry())
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -182,7 +191,8 @@ def analyze(paths: PathLike | Iterable[PathLike], *, raw_logs: bool = False,
     if not job.readable:
         reasons = "; ".join(f"{n.path}: {n.message}" for n in job.notes)
         raise AnalysisError(f"nothing readable in the given paths ({reasons})", job.notes)
-    engine = run(job)
+    engine = run(job, rules)
+    conf.apply(engine.findings)
     if redact:
         from ddp_autopsy.redact import redact_analysis
 

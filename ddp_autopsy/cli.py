@@ -34,18 +34,39 @@ def main() -> None:
     """Find which rank hung or killed a PyTorch distributed job, what it was doing, and why."""
 
 
-def _analyze(paths: tuple[Path, ...], raw_logs: bool = False, progress: bool = True):
+def _config(path: Path | None = None):
+    """The configuration (docs/config.md): ``--config PATH`` or the one found from the current
+    directory; a file that cannot be used is a usage error (exit 2), before any reading."""
+    from ddp_autopsy.config import ConfigError, load
+    from ddp_autopsy.rules.engine import registry
+
+    try:
+        config = load(path)
+        rules = config.rules(registry())
+    except ConfigError as err:
+        from ddp_autopsy.reports.termsafe import termsafe
+
+        click.echo(termsafe(f"ddp-autopsy: configuration: {err}"), err=True)
+        sys.exit(EXIT_USAGE)
+    return config, rules
+
+
+def _analyze(paths: tuple[Path, ...], raw_logs: bool = False, progress: bool = True,
+             config_path: Path | None = None):
     from ddp_autopsy.analyzer import progress as reading
     from ddp_autopsy.analyzer.job import load
     from ddp_autopsy.rules.engine import run
 
+    config, rules = _config(config_path)
     with reading.reading(enabled=progress):
         job = load(list(paths), use_summaries=not raw_logs)
     if not job.readable:
         _echo_notes(job.notes)
         click.echo("ddp-autopsy: nothing readable in the given paths", err=True)
         sys.exit(EXIT_NO_INPUT)
-    return run(job)
+    analysis = run(job, rules)
+    config.apply(analysis.findings)  # severity overrides: they change no ranking
+    return analysis
 
 
 def _echo_notes(notes: Iterable[InputNote]) -> None:
@@ -109,15 +130,18 @@ def _write_html(analysis, path: Path) -> None:
 @click.option("--redact/--no-redact", default=False, show_default=True,
               help="Mask secrets in the text or JSON output too (the HTML report always is; "
                    "docs/redaction.md).")
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Configuration file (default: ddp-autopsy.toml or [tool.ddp-autopsy] in "
+                   "pyproject.toml, found from the current directory up; docs/config.md).")
 def analyze(paths: tuple[Path, ...], fmt: str, fail_on: str | None, html_path: Path | None,
-            color: bool | None, raw_logs: bool, redact: bool) -> None:
+            color: bool | None, raw_logs: bool, redact: bool, config_path: Path | None) -> None:
     """Analyze logs, log directories, archives or collect bundles of one job.
 
     Several PATHs (e.g. one bundle per node) are analyzed together as one job.
     """
     if html_path:
         _check_output(html_path)
-    analysis = _analyze(paths, raw_logs, progress=fmt == "text")
+    analysis = _analyze(paths, raw_logs, progress=fmt == "text", config_path=config_path)
     out = analysis
     if redact:  # the HTML report redacts itself, always
         from ddp_autopsy.redact import redact_analysis
@@ -268,13 +292,18 @@ def grep(pattern: str, paths: tuple[Path, ...], rank: int | None, local_rank: in
 def rules_cmd(fmt: str) -> None:
     """List the diagnostic rules."""
     from ddp_autopsy.rules.catalog import rule_dict
-    from ddp_autopsy.rules.engine import registry
+    from ddp_autopsy.rules.engine import PLUGIN_ERRORS, registry
 
+    rules = registry()
+    for where, why in PLUGIN_ERRORS:
+        click.echo(f"ddp-autopsy: plugin {where} not loaded: {why}", err=True)
     if fmt == "json":
-        click.echo(json.dumps([rule_dict(r) for r in registry()], indent=2))
+        click.echo(json.dumps([rule_dict(r) for r in rules], indent=2))
         return
-    for r in registry():
-        click.echo(f"{r.code:<9} {r.slug:<34} {r.cause or '(symptom)':<30} {r.title()}")
+    for r in rules:
+        plugin = "" if r.__module__.startswith("ddp_autopsy.") else \
+            f"  (plugin: {r.__module__.split('.')[0]})"
+        click.echo(f"{r.code:<9} {r.slug:<34} {r.cause or '(symptom)':<30} {r.title()}{plugin}")
 
 
 @main.command("rule")

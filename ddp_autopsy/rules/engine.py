@@ -40,7 +40,49 @@ def registry() -> tuple[type[Rule], ...]:
             for _, obj in inspect.getmembers(module, inspect.isclass):
                 if issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__:
                     found.append(obj)
+    found += _plugin_rules({r.code for r in found} | {r.slug for r in found})
     return tuple(sorted(found, key=lambda r: r.code))
+
+
+#: Entry-point group of rules from other packages (docs/config.md).
+PLUGIN_GROUP = "ddp_autopsy.rules"
+#: Plugins that could not be loaded: (entry point, why). ``ddp-autopsy rules`` prints them.
+PLUGIN_ERRORS: list[tuple[str, str]] = []
+
+
+def _plugin_rules(taken: set[str]) -> list[type[Rule]]:
+    """Rules from the ``ddp_autopsy.rules`` entry points: each names a Rule subclass or a module
+    (its Rule subclasses). A plugin that fails to import, or reuses a code or slug, is left out
+    and noted in PLUGIN_ERRORS; it never stops the built-in rules."""
+    from importlib.metadata import entry_points
+
+    PLUGIN_ERRORS.clear()
+    rules: list[type[Rule]] = []
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        where = f"{ep.name} = {ep.value}"
+        try:
+            obj = ep.load()
+        except Exception as err:  # a broken plugin must not break the analysis
+            PLUGIN_ERRORS.append((where, f"{type(err).__name__}: {err}"))
+            continue
+        if inspect.ismodule(obj):
+            found = [c for _, c in inspect.getmembers(obj, inspect.isclass)
+                     if issubclass(c, Rule) and c is not Rule and c.__module__ == obj.__name__]
+        elif inspect.isclass(obj) and issubclass(obj, Rule):
+            found = [obj]
+        else:
+            PLUGIN_ERRORS.append((where, "not a Rule subclass or a module of them"))
+            continue
+        for rule in found:
+            code, slug = getattr(rule, "code", None), getattr(rule, "slug", None)
+            if not code or not slug:
+                PLUGIN_ERRORS.append((where, f"{rule.__name__} has no code or slug"))
+            elif code in taken or slug in taken:
+                PLUGIN_ERRORS.append((where, f"{code} {slug} is taken by another rule"))
+            else:
+                taken |= {code, slug}
+                rules.append(rule)
+    return rules
 
 
 def get_rule(code: str) -> type[Rule] | None:
