@@ -12,6 +12,10 @@ A collective completes only when every rank enters it. The ranks that timed out 
 the ones that never arrived: those were busy elsewhere (rank-local work, a slow data loader, a
 dead-locked thread) and print no timeout because they never entered the collective.
 
+When the inputs are a fragment (most of the world silent, or one rank's timeout and no world
+size), the timeout still says that some rank never reached the collective: that is reported with
+no culprit and a low confidence.
+
 ## Evidence
 The timeout lines (which ranks, which collective and sequence number) and the silent ranks' last
 lines.
@@ -66,10 +70,20 @@ class SilentRanks(Rule):
         if not world or world < 2:
             return
         silent = set(range(world)) - waiting - set(job.crashes.ranks)
-        if not silent or len(silent) > max(1, world // 2):
-            return  # most ranks silent: the logs are incomplete, not a few suspects
-        last = _last_lines(events, silent)
+        if not silent:
+            return
         timeouts = job.decoded_rows(timed_out)
+        if len(silent) > max(1, world // 2) or (not job.world_size and len(waiting) == 1):
+            # Most ranks silent, or one rank's timeout and no world size: the logs are a
+            # fragment. A timeout still means some rank never reached the collective.
+            yield self.finding(
+                f"{rank_phrase(waiting).capitalize()} timed out waiting in "
+                f"{_collective(job, timeouts)}: some other rank never reached it, and the inputs "
+                "hold nothing from the ranks it waited for.",
+                evidence=[evidence_of(timeouts[0])], ranks=(), confidence=0.3,
+                ts=first_ts(timeouts), details={"waiting_ranks": sorted(waiting)})
+            return
+        last = _last_lines(events, silent)
         op = _collective(job, timeouts)
         who = rank_phrase(silent)
         doing = "; ".join(f"rank {r}'s last line: {_quote(last[r]['text'])}"

@@ -53,6 +53,10 @@ class UnresolvedHost(Rule):
         ]
         last_line = max(r["line"] for r in rows)
         source = rows[-1]["source"]
+        # A traceback after the last warning: the process died there, even when the paste cuts
+        # off before its exception line.
+        terminal += [r for r in job.rows("traceback")
+                     if r["source"] == source and r["line"] > last_line][:1]
         continued = job.lines_in(source) - last_line
         evidence = [evidence_of(r) for r in rows[:2]] + [evidence_of(r) for r in terminal[:1]]
         if terminal:
