@@ -383,3 +383,27 @@ def test_logs_only_timeout_marks_the_culprit_everywhere(
     others = page.locator("#rank-table tbody tr:not(.culprit-row)")
     assert others.count() >= 1
     assert all("culprit" not in others.nth(i).inner_text() for i in range(others.count()))
+    # The timeline: the culprit's lane is marked and says it is silent.
+    assert page.locator("svg.timeline .lane-culprit").count() == 1
+    assert page.locator("svg.timeline .lane-silent").text_content() == "no line from this rank"
+
+
+def test_timeline_shows_collection_and_last_lines(probe_bundle: Path,
+                                                   open_page: Callable[..., Opened]) -> None:
+    page = open_page(probe_bundle).page
+    svg = page.locator("svg.timeline")
+    assert svg.is_visible()
+    collected = page.locator("svg.timeline .flag.collected")
+    assert collected.count() == 1 and collected.is_visible()
+    assert collected.locator("text").text_content() == "collected"
+    # Each rank that wrote a line has its last line drawn, on its own lane.
+    lanes = {round(float(y)): t for y, t in page.eval_on_selector_all(
+        "svg.timeline .lane-label", "ts => ts.map(t => [t.getAttribute('y'), t.textContent])")}
+    last = page.eval_on_selector_all(
+        "svg.timeline rect.m.last", "rs => rs.map(r => [r.getAttribute('y'), r.textContent])")
+    by_lane = {lanes[round(float(y) + 10)] for y, _ in last}
+    assert by_lane == {"rank 0", "rank 1", "rank 3"}, last
+    box = svg.bounding_box()
+    for i in range(len(last)):
+        mark = page.locator("svg.timeline rect.m.last").nth(i).bounding_box()
+        assert box and mark and box["x"] <= mark["x"] <= box["x"] + box["width"]

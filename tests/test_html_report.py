@@ -299,7 +299,7 @@ def test_timeline_is_inline_svg(crash: tuple[Analysis, str]) -> None:
     section = doc.split('<section id="timeline"', 1)[1].split("</section>", 1)[0]
     assert '<svg class="timeline"' in section
     assert section.count('<rect class="m ') >= 2
-    assert re.search(r'<a href="#F\d+"><title>', section)  # finding markers link to findings
+    assert re.search(r'<a href="#F\d+"><g class="flag fl"><title>', section)  # link to findings
 
 
 def _timeline(doc: str) -> tuple[list[str], str, dict[str, list[str]]]:
@@ -490,6 +490,63 @@ def test_bundle_logs_read_from_summaries_have_their_size(tmp_path: Path) -> None
     logs = [i for i in job.inputs if i.kind == "log"]
     assert logs and all(i.bytes == (bundle / "logs" / "console.log").stat().st_size
                         for i in logs)
+
+
+def _extents(svg: str, cls: str) -> list[tuple[float, float, float]]:
+    """(y, left, right) of each label of class ``cls`` (its width estimated from its length)."""
+    out = []
+    for x, y, anchor, text in re.findall(
+            rf'<g class="{cls}"><title>[^<]*</title><line[^>]*/><text x="([\d.]+)" '
+            r'y="([\d.]+)" text-anchor="(\w+)">([^<]*)</text>', svg):
+        w = len(unescape(text)) * 6.2
+        left = float(x) - (w if anchor == "end" else w / 2 if anchor == "middle" else 0)
+        out.append((float(y), left, left + w))
+    return out
+
+
+def _overlaps(boxes: list[tuple[float, float, float]]) -> list[tuple]:
+    return [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+            if a[0] == b[0] and a[1] < b[2] and b[1] < a[2]]
+
+
+def test_timeline_tells_the_story(tmp_path: Path) -> None:
+    """Collection moment, each rank's last line, the first failure, the silent culprit's lane,
+    and the half minute between the timeouts and the collection cut out."""
+    a = analyse(write_probe_bundle(tmp_path / "b"))
+    assert a.verdict is not None and a.verdict.ranks == [2]
+    tl = section(html.render(a), "timeline")
+    assert re.search(r'<g class="flag collected"><title>collected on [^<]* at '
+                     r"2026-11-22 \d\d:24:00</title>", tl)
+    assert '<g class="flag first"><title>first failure' in tl
+    lanes, _, marks = _timeline(html.render(a))
+    assert lanes == ["rank 0", "rank 1", "rank 2", "rank 3"]
+    for lane in ("rank 0", "rank 1", "rank 3"):
+        assert any(" · last_line: " in t for t in marks[lane]), (lane, marks[lane])
+    assert marks["rank 2"] == [] and "no line from this rank" in tl
+    y2 = float(re.findall(r'y="([\d.]+)" text-anchor="end">rank 2<', tl)[0])
+    assert f'<text class="lane-culprit" x="4" y="{y2:.1f}">culprit</text>' in tl
+    assert '<g class="gap">' in tl  # 13:23:27 → 13:24:00: no event, drawn cut
+
+
+@pytest.mark.parametrize("span", [timedelta(milliseconds=1), timedelta(hours=3)])
+def test_timeline_labels_never_overlap(span: timedelta, tmp_path: Path) -> None:
+    a = analyse(write_hang(tmp_path / "h"))
+    t0 = datetime(2026, 11, 22, 13, 0)
+    # Bursts at the start, a few in the middle and at the end; findings close together.
+    offsets = [0, 0.001, 0.002, 0.5, 0.51, 0.97, 0.98, 0.99, 1.0]
+    a.job.events = pl.DataFrame([{"source": "c.log", "line": i + 1, "kind": "watchdog_timeout",
+                                  "rank": i % 4, "ts": t0 + span * f, "text": f"e{i}"}
+                                 for i, f in enumerate(offsets)], schema=EVENT_SCHEMA)
+    for f, off in zip(a.findings, (0.98, 0.99, 1.0), strict=False):
+        f.ts = t0 + span * off
+    tl = section(html.render(a), "timeline")
+    ticks = [(0.0, float(x) - len(unescape(t)) * 3.1, float(x) + len(unescape(t)) * 3.1)
+             for x, t in re.findall(r'<text class="tick" x="([\d.]+)"[^>]*>([^<]*)</text>', tl)]
+    assert len(ticks) >= 3 and _overlaps(ticks) == []
+    flags = _extents(tl, "flag fl") + _extents(tl, "flag first")
+    assert len(flags) == min(3, len(a.findings)) + 1 and _overlaps(flags) == []
+    xs = [float(x) for x in re.findall(r'<rect class="m \w+" x="([\d.]+)"', tl)]
+    assert max(xs) - min(xs) > 300  # the marks spread over the plot, not in its last pixels
 
 
 # --------------------------------------------------------------------------- safety

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import polars as pl
 
@@ -14,6 +16,7 @@ from ddp_autopsy.rules.engine import Analysis
 
 KIND_CATEGORY: dict[str, str] = {
     "run_start": "start",
+    "last_line": "last",
     **{k: "failure" for k in ("exception", "worker_failed", "spawn_failed", "elastic_failure",
                               "oom", "nccl_error", "monitored_barrier_failed",
                               "collective_fingerprint_mismatch", "desync_never_joined",
@@ -24,7 +27,7 @@ KIND_CATEGORY: dict[str, str] = {
                               "rdzv_connection_error", "port_in_use", "unresolved_host")},
     **{k: "signal" for k in ("agent_signal", "closing_signal")},
 }
-CATEGORIES = ("start", "failure", "timeout", "network", "signal", "other")
+CATEGORIES = ("start", "failure", "timeout", "network", "signal", "last", "other")
 TL_LEFT, TL_RIGHT, TL_WIDTH, TL_LANE, TL_TOP = 150, 24, 1000, 18, 22
 
 
@@ -43,15 +46,6 @@ class Tick:
 
 
 @dataclass
-class FindingLine:
-    x: float
-    y: float  # of its label (labels of close findings are staggered)
-    id: str
-    title: str
-    anchor: str  # text-anchor of the label
-
-
-@dataclass
 class TimelineView:
     width: int
     height: int
@@ -60,9 +54,12 @@ class TimelineView:
     lanes: list[tuple[float, str]]
     ticks: list[Tick]
     marks: list[Mark]
-    findings: list[FindingLine]
+    findings: list[Flag]
     categories: list[tuple[str, int]]
     caption: str
+    breaks: list[tuple[float, float, str]] = field(default_factory=list)  # cut gaps: x0, x1
+    culprit_lanes: list[float] = field(default_factory=list)  # y of lanes with a culprit
+    silent: list[tuple[float, str]] = field(default_factory=list)  # lanes without an event
 
 
 def _lane_expr(ev: pl.DataFrame) -> tuple[pl.Expr, str]:
@@ -102,75 +99,235 @@ def _fmt_ts(ts: datetime, span: timedelta) -> str:
     return ts.strftime("%m-%d %H:%M")
 
 
+#: Gaps with no event longer than this share of the span are drawn cut (≈), GAP_PX wide.
+GAP_SHARE, GAP_PX, MAX_GAPS = 0.12, 26, 6
+MIN_STRETCH_PX = 60  # a stretch between cut gaps is at least this wide
+LABEL_CHAR_PX = 6.2  # width of a label character at the SVG's 11 px
+
+
+@dataclass
+class Flag:
+    """A vertical marker over every lane: a finding, the first failure, the collection."""
+
+    x: float
+    y: float  # of its label (labels that would overlap go on the next row)
+    label: str
+    title: str
+    cls: str  # "fl" (finding) | "first" | "collected"
+    href: str | None
+    anchor: str  # text-anchor of the label
+
+
+class Axis:
+    """Time → x, linear except for long empty gaps, which are cut to GAP_PX each."""
+
+    def __init__(self, times: list[datetime], t0: datetime, t1: datetime, left: float,
+                 right: float) -> None:
+        span = max((t1 - t0).total_seconds(), 1e-3)
+        pts = sorted(set(times) | {t0, t1})
+        gaps = sorted(((b - a).total_seconds(), a, b) for a, b in itertools.pairwise(pts)
+                      if (b - a).total_seconds() > GAP_SHARE * span)[-MAX_GAPS:]
+        gaps.sort(key=lambda g: g[1])
+        stretches, t = [], t0  # the drawn stretches between the cut gaps
+        for _, a, b in gaps:
+            stretches.append((t, a))
+            t = b
+        stretches.append((t, t1))
+        secs = [(b - a).total_seconds() for a, b in stretches]
+        free = right - left - GAP_PX * len(gaps)
+        floor = min(MIN_STRETCH_PX, free / len(stretches)) if gaps else 0.0
+        extra = free - floor * len(stretches)
+        widths = [floor + (extra * d / sum(secs) if sum(secs) > 0 else extra / len(secs))
+                  for d in secs]
+        self.segments: list[tuple[datetime, datetime, float, float, bool]] = []
+        x = left
+        for k, ((a, b), w) in enumerate(zip(stretches, widths, strict=True)):
+            self.segments.append((a, b, x, x + w, False))
+            x += w
+            if k < len(gaps):
+                self.segments.append((b, gaps[k][2], x, x + GAP_PX, True))
+                x += GAP_PX
+
+    def x(self, t: datetime) -> float:
+        for a, b, xa, xb, _ in self.segments:
+            if t <= b:
+                d = (b - a).total_seconds()
+                f = (t - a).total_seconds() / d if d > 0 else 0.5
+                return round(xa + max(0.0, min(1.0, f)) * (xb - xa), 1)
+        return round(self.segments[-1][3], 1)
+
+    def expr(self, col: str) -> pl.Expr:
+        """The same mapping as a polars expression (for every event at once)."""
+        out: pl.Expr | None = None
+        for a, b, xa, xb, _ in reversed(self.segments):
+            d = (b - a).total_seconds()
+            seg = (pl.lit(xa) + ((pl.col(col) - a).dt.total_microseconds() / 1e6 / d)
+                   .clip(0, 1) * (xb - xa)) if d > 0 else pl.lit((xa + xb) / 2)
+            out = seg if out is None else pl.when(pl.col(col) <= b).then(seg).otherwise(out)
+        assert out is not None
+        return out
+
+    @property
+    def breaks(self) -> list[tuple[float, float, str]]:
+        return [(xa, xb, f"≈ {_span_text(b - a)}") for a, b, xa, xb, cut in self.segments if cut]
+
+
+def _stack_labels(flags: list[Flag], right: float) -> int:
+    """Give each flag's label a row where it overlaps no other label; return the rows used."""
+    ends: list[float] = []
+    for f in sorted(flags, key=lambda f: f.x):
+        width = len(f.label) * LABEL_CHAR_PX + 6
+        f.anchor = "end" if f.x + width > right else "start"
+        lo = f.x - width if f.anchor == "end" else f.x
+        row = next((i for i, e in enumerate(ends) if e < lo), len(ends))
+        if row == len(ends):
+            ends.append(0.0)
+        ends[row] = lo + width
+        f.y = 11 + row * 11
+    return len(ends)
+
+
+def collected_at(job: Any) -> list[tuple[datetime, str]]:
+    """When each bundle was collected (its manifest's ``created``), as naive local time like
+    the logs' stamps."""
+    out = []
+    for b in job.bundles:
+        man = b.manifest if isinstance(b.manifest, dict) else {}
+        try:
+            when = datetime.fromisoformat(str(man.get("created")))
+        except ValueError:
+            continue
+        when = when.astimezone().replace(tzinfo=None) if when.tzinfo else when
+        out.append((when, clean(man.get("host") or b.display, 60)))
+    return out
+
+
 def timeline_view(analysis: Analysis) -> TimelineView | None:
-    events = analysis.job.events
-    if events.height == 0:
-        return None
-    ev = events.filter(pl.col("ts").is_not_null())
-    if ev.height == 0:
-        return None
-    t0, t1 = ev["ts"].min(), ev["ts"].max()
+    job = analysis.job
+    events = job.events
+    ev = events.filter(pl.col("ts").is_not_null()) if events.height else events
+    collected = collected_at(job)
+    if ev.height == 0 or ev["ts"].n_unique() + len({t for t, _ in collected}) < 2:
+        return None  # one moment is no timeline (the report says so in one line)
+    times = [t for t, _ in collected]
+    t0 = min([ev["ts"].min(), *times])  # type: ignore[type-var]
+    t1 = max([ev["ts"].max(), *times])  # type: ignore[type-var]
     assert isinstance(t0, datetime) and isinstance(t1, datetime)
     span = max(t1 - t0, timedelta(milliseconds=1))
+    plot_right = TL_WIDTH - TL_RIGHT
+    # The moments that matter for gaps: the first and last event of each fine time bin.
+    bins = ev.group_by(pl.col("ts").dt.truncate(_grain(span)).alias("_g")).agg(
+        pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi"))
+    stamps = [*bins["lo"].to_list(), *bins["hi"].to_list()]
+    axis = Axis([*stamps, *times], t0, t1, TL_LEFT, plot_right)
     lane, how = _lane_expr(ev)
     ev = ev.with_columns(
         lane.alias("_lane"),
         pl.col("kind").replace_strict(KIND_CATEGORY, default="other").alias("_cat"),
-        ((pl.col("ts") - t0).dt.total_microseconds() / (span.total_seconds() * 1e6))
-        .alias("_pos"),
+        axis.expr("ts").alias("_x"),
     )
-    buckets = 200
+    px = 5.0
     while True:
         grouped = (
             ev.sort("ts")
-            .with_columns((pl.col("_pos") * buckets).floor().clip(0, buckets - 1).alias("_b"))
+            .with_columns((pl.col("_x") / px).floor().alias("_b"))
             .group_by("_lane", "_b", "_cat")
             .agg(pl.len().alias("n"), pl.col("kind").first(), pl.col("ts").first(),
-                 pl.col("text").first())
+                 pl.col("text").first(), pl.col("_x").first())
         )
-        if grouped.height <= TIMELINE_MAX_MARKS or buckets <= 10:
+        if grouped.height <= TIMELINE_MAX_MARKS or px >= 80:
             break
-        buckets //= 2
-    lanes = sorted(grouped["_lane"].unique().to_list(), key=_lane_key)
-    plot = TL_WIDTH - TL_LEFT - TL_RIGHT
-    flines: list[FindingLine] = []
-    timed = sorted((f for f in analysis.findings[:12] if f.ts is not None and t0 <= f.ts <= t1),
-                   key=lambda f: f.ts or t0)
-    row, last_x = 0, -1e9
-    for f in timed:
-        x = TL_LEFT + (f.ts - t0) / span * plot  # type: ignore[operator]
-        row = row + 1 if x - last_x < 26 and row < 3 else 0
-        last_x = x
-        flines.append(FindingLine(round(x, 1), 11 + row * 11, f.id,
-                                  f"{f.id} {f.rule}: {clean(f.summary, 160)}",
-                                  "end" if x > TL_WIDTH - TL_RIGHT - 30 else "start"))
-    top = TL_TOP + (11 * max((int((fl.y - 11) / 11) for fl in flines), default=0))
-    lane_y = {name: top + i * TL_LANE + TL_LANE / 2 for i, name in enumerate(lanes)}
+        px *= 2
+    verdict = analysis.verdict
+    culprits = set(verdict.ranks) if verdict else set()
+    lanes = set(grouped["_lane"].unique().to_list())
+    if how == "per rank":  # a silent culprit still gets its (empty) lane
+        lanes |= {f"rank {r}" for r in culprits}
+    lanes_sorted = sorted(lanes, key=_lane_key)
+    flags: list[Flag] = []
+    for f in analysis.findings[:12]:
+        if f.ts is not None and t0 <= f.ts <= t1:
+            flags.append(Flag(axis.x(f.ts), 0, f.id, f"{f.id} {f.rule}: {clean(f.summary, 160)}",
+                              "fl", f"#{f.id}", "start"))
+    failing = ev.filter(pl.col("_cat").is_in(["failure", "timeout"])).sort("ts").head(1)
+    if failing.height:
+        ts, kind, text, name = failing.select("ts", "kind", "text", "_lane").row(0)
+        flags.append(Flag(axis.x(ts), 0, "first failure",
+                          f"first failure · {clean(name, 60)} · {ts.isoformat(sep=' ')} · "
+                          f"{kind}: {clean(text, 200)}", "first", None, "start"))
+    for when, host in collected:
+        flags.append(Flag(axis.x(when), 0, "collected", f"collected on {host} at "
+                          f"{when.isoformat(sep=' ', timespec='seconds')}", "collected", None,
+                          "start"))
+    rows = _stack_labels(flags, plot_right)
+    top = TL_TOP + 11 * max(0, rows - 1)
+    lane_y = {name: top + i * TL_LANE + TL_LANE / 2 for i, name in enumerate(lanes_sorted)}
     marks = []
-    for name, b, cat, n, kind, ts, text in grouped.sort("_b").iter_rows():
-        x = TL_LEFT + (b + 0.5) / buckets * plot
+    for name, _b, cat, n, kind, ts, text, x in grouped.sort("_b").iter_rows():
         count = f" ×{n}" if n > 1 else ""
         marks.append(Mark(round(x, 1), lane_y[name], cat,
                           f"{clean(name, 80)} · {ts.isoformat(sep=' ')} · {kind}{count}: "
                           f"{clean(text, 200)}"))
-    if span >= timedelta(minutes=1):
-        labels = [_fmt_ts(t0 + span * i / 5, span) for i in range(6)]
-    else:  # short spans: the start, then offsets from it
-        labels = [_fmt_ts(t0, span)] + [f"+{_span_text(span * i / 5)}" for i in range(1, 6)]
-    ticks = [Tick(round(TL_LEFT + i / 5 * plot, 1), label) for i, label in enumerate(labels)]
+    ticks = _ticks(axis, t0, span)
     cats = dict(grouped.group_by("_cat").agg(pl.col("n").sum()).iter_rows())
     untimed = events.height - ev.height
-    caption = (f"{ev.height:,} timestamped events {how}, {t0.isoformat(sep=' ')} → "
-               f"{t1.isoformat(sep=' ')} ({_span_text(span)}); time axis in {buckets} bins.")
+    caption = (f"{ev.height:,} timestamped event{'s' if ev.height != 1 else ''} {how}, "
+               f"{t0.isoformat(sep=' ')} → {t1.isoformat(sep=' ')} ({_span_text(span)}).")
+    if axis.breaks:
+        caption += " Long stretches with no event are cut (≈)."
     if untimed:
-        caption += f" {untimed:,} events without a timestamp are not shown."
+        caption += (f" {untimed:,} event{'s' if untimed != 1 else ''} without a timestamp "
+                    "not shown.")
+    silent = [n for n in lanes_sorted if n not in set(grouped["_lane"].to_list())]
     return TimelineView(
-        width=TL_WIDTH, height=top + len(lanes) * TL_LANE + 28, left=TL_LEFT,
-        right=TL_WIDTH - TL_RIGHT, lanes=[(lane_y[n], clean(n, 40)) for n in lanes],
-        ticks=ticks, marks=marks, findings=flines,
+        width=TL_WIDTH, height=top + len(lanes_sorted) * TL_LANE + 28, left=TL_LEFT,
+        right=plot_right,
+        lanes=[(lane_y[n], clean(n, 40)) for n in lanes_sorted], ticks=ticks, marks=marks,
+        findings=flags,
         categories=[(c, int(cats.get(c, 0))) for c in CATEGORIES if cats.get(c)],
-        caption=caption,
+        caption=caption, breaks=axis.breaks,
+        culprit_lanes=[lane_y[n] for n in lanes_sorted if _lane_ranks(n) & culprits],
+        silent=[(lane_y[n], "no line from this rank") for n in silent],
     )
+
+
+def _lane_ranks(label: str) -> set[int]:
+    m = re.match(r"ranks? (\d+)(?:-(\d+))?$", label)
+    if not m:
+        return set()
+    lo = int(m.group(1))
+    return set(range(lo, int(m.group(2) or lo) + 1))
+
+
+def _grain(span: timedelta) -> str:
+    """Events closer than this are one moment when looking for gaps."""
+    return f"{max(1, int(span.total_seconds() * 1e6 / 2000))}us"
+
+
+def _ticks(axis: Axis, t0: datetime, span: timedelta) -> list[Tick]:
+    """The start, the ends of each drawn stretch and a few between, without overlapping."""
+    cands: list[tuple[float, datetime]] = []
+    for a, b, xa, xb, cut in axis.segments:
+        if cut:
+            continue
+        if a == b:  # one moment: its tick in the middle
+            cands.append(((xa + xb) / 2, a))
+            continue
+        n = max(1, int((xb - xa) // 170))
+        cands += [(xa + (xb - xa) * i / n, a + (b - a) * i / n) for i in range(n + 1)]
+    ticks: list[Tick] = []
+    right_edge = -1e9
+    for x, t in sorted(cands, key=lambda c: c[0]):
+        if not ticks or span >= timedelta(minutes=1):
+            label = _fmt_ts(t, span)
+        else:
+            label = f"+{_span_text(t - t0)}"
+        w = len(label) * LABEL_CHAR_PX
+        if x - w / 2 < right_edge + 8:
+            continue
+        ticks.append(Tick(round(x, 1), label))
+        right_edge = x + w / 2
+    return ticks
 
 
 def _span_text(span: timedelta) -> str:
