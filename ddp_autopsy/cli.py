@@ -1,4 +1,4 @@
-"""Command line: ``ddp-autopsy analyze | report | inspect | grep | collect | demo | rules | rule``.
+"""Command line: ``ddp-autopsy analyze | report | inspect | grep | compare | collect | demo | rules | rule``.
 
 Exit codes (docs/json.md): 0 the command ran (whatever the verdict); 1 grep matched nothing, or
 analyze --fail-on found what it names; 2 usage error; 3 nothing in the inputs could be read.
@@ -333,6 +333,27 @@ def rule_cmd(code: str, fmt: str) -> None:
         click.echo(json.dumps(rule_dict(rule), indent=2))
     else:
         click.echo(rule_markdown(rule))
+
+
+@main.command()
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Differences for people (text) or machines (json).")
+def compare(a: Path, b: Path, fmt: str) -> None:
+    """Compare two runs or bundles: the verdict, versions and environment that differ, ranks
+    whose state or frame changed, findings new in B and gone since A."""
+    from ddp_autopsy.analyzer.sources import shown
+    from ddp_autopsy.compare import compare as diff
+    from ddp_autopsy.compare import render_text
+    from ddp_autopsy.reports.termsafe import termsafe
+
+    ours = diff(_analyze((a,), progress=False), _analyze((b,), progress=False))
+    if fmt == "json":
+        click.echo(json.dumps(ours.to_dict(), indent=2, default=str))
+    else:
+        for line in render_text(ours, shown(a), shown(b)).splitlines():
+            click.echo(termsafe(line))
 
 
 @main.command()
