@@ -1,4 +1,5 @@
-"""Command line: ``ddp-autopsy analyze | report | inspect | grep | compare | collect | demo | rules | rule``.
+"""Command line: ``ddp-autopsy analyze | report | inspect | grep | compare | collect | demo |
+rules | rule`` (and the lazily loaded ``watch``, ``run``, ``serve``, ``upload``).
 
 Exit codes (docs/json.md): 0 the command ran (whatever the verdict); 1 grep matched nothing, or
 analyze --fail-on found what it names; 2 usage error; 3 nothing in the inputs could be read.
