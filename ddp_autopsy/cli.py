@@ -307,8 +307,20 @@ def rules_cmd(fmt: str) -> None:
         click.echo(f"{r.code:<9} {r.slug:<34} {r.cause or '(symptom)':<30} {r.title()}{plugin}")
 
 
+def _complete_rule(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """Shell completion of rule codes and slugs (docs/config.md#shell-completion)."""
+    from click.shell_completion import CompletionItem
+
+    from ddp_autopsy.rules.engine import registry
+
+    return [CompletionItem(r.code, help=r.slug) for r in registry()
+            if r.code.startswith(incomplete.upper())] + \
+        [CompletionItem(r.slug, help=r.code) for r in registry()
+         if incomplete and r.slug.startswith(incomplete.lower())]
+
+
 @main.command("rule")
-@click.argument("code")
+@click.argument("code", shell_complete=_complete_rule)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="The rule's documentation as Markdown (text) or JSON "
                                       "(one entry of ddp_autopsy/schemas/rules.schema.json).")
@@ -417,3 +429,6 @@ main.add_command(_LazyCommand(
 main.add_command(_LazyCommand(
     "upload", "ddp_autopsy.server.command:upload_command",
     "Upload bundles (directories are tarred on the fly), tarballs or logs to a server."))
+main.add_command(_LazyCommand(
+    "export", "ddp_autopsy.reports.perfetto:export_command",
+    "Export the job's timeline as a Chrome trace / Perfetto JSON (one track per rank)."))

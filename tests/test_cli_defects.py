@@ -290,3 +290,19 @@ def test_collect_json_validates(tmp_path: Path) -> None:
     doc = json.loads(res.stdout)
     jsonschema.validate(doc, _schema("collect"))
     assert doc["processes"] >= 2 and Path(doc["bundle"]).is_dir()
+
+
+def test_shell_completion_of_rule_codes() -> None:
+    """What bash gets back for ``ddp-autopsy rule RDZV00<Tab>`` (click's completion protocol,
+    through the installed entry point's code path)."""
+    env = {**os.environ, "_DDP_AUTOPSY_COMPLETE": "bash_complete",
+           "COMP_WORDS": "ddp-autopsy rule RDZV00", "COMP_CWORD": "2"}
+    out = subprocess.run(CLI, capture_output=True, text=True, timeout=60, env=env)
+    got = [ln.split(",", 1)[1] for ln in out.stdout.splitlines() if ln.startswith("plain,")]
+    assert "RDZV001" in got and all(c.startswith("RDZV00") for c in got), out.stdout
+    env["COMP_WORDS"] = "ddp-autopsy rule port-in"
+    out = subprocess.run(CLI, capture_output=True, text=True, timeout=60, env=env)
+    assert "plain,port-in-use" in out.stdout.splitlines()
+    source = subprocess.run(CLI, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "_DDP_AUTOPSY_COMPLETE": "bash_source"})
+    assert "complete " in source.stdout and "ddp-autopsy" in source.stdout
