@@ -526,6 +526,7 @@ def test_timeline_tells_the_story(tmp_path: Path) -> None:
     y2 = float(re.findall(r'y="([\d.]+)" text-anchor="end">rank 2<', tl)[0])
     assert f'<text class="lane-culprit" x="4" y="{y2:.1f}">culprit</text>' in tl
     assert '<g class="gap">' in tl  # 13:23:27 → 13:24:00: no event, drawn cut
+    assert "ddp-autopsy export --format perfetto PATHS -o trace.json" in tl
 
 
 @pytest.mark.parametrize("span", [timedelta(milliseconds=1), timedelta(hours=3)])
