@@ -169,6 +169,12 @@ _TS_MAX = datetime.max
 def _explains(a: Finding, b: Finding) -> bool:
     if a is b or a.cause is None or b.cause is None or a.cause == b.cause:
         return False
+    if {a.cause, b.cause} == {"rank_crashed", "master_unreachable"} and a.ts and b.ts:
+        # A rank that crashed before the store failed took the store (or its node) down: the
+        # others' "store has failed" errors are its consequence. Before any crash, an unreachable
+        # master explains the crashes that follow.
+        crash, store = (a, b) if a.cause == "rank_crashed" else (b, a)
+        return (a is crash) == (crash.ts <= store.ts)
     if b.cause in EXPLAINS.get(a.cause, set()):
         return True
     ra, rb = set(a.ranks), set(b.ranks)

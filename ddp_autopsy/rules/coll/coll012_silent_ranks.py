@@ -12,8 +12,7 @@ A collective completes only when every rank enters it. The ranks that timed out 
 the ones that never arrived: those were busy elsewhere (rank-local work, a slow data loader, a
 dead-locked thread) and print no timeout because they never entered the collective.
 
-When the inputs are a fragment (most of the world silent, or one rank's timeout and no world
-size), the timeout still says that some rank never reached the collective: that is reported with
+When the inputs are a fragment (most of the world silent), the timeout still says that some rank never reached the collective: that is reported with
 no culprit and a low confidence.
 
 ## Evidence
@@ -73,9 +72,9 @@ class SilentRanks(Rule):
         if not silent:
             return
         timeouts = job.decoded_rows(timed_out)
-        if len(silent) > max(1, world // 2) or (not job.world_size and len(waiting) == 1):
-            # Most ranks silent, or one rank's timeout and no world size: the logs are a
-            # fragment. A timeout still means some rank never reached the collective.
+        if len(silent) > max(1, world // 2):
+            # Most ranks silent: the logs are a fragment. A timeout still means some rank never
+            # reached the collective.
             yield self.finding(
                 f"{rank_phrase(waiting).capitalize()} timed out waiting in "
                 f"{_collective(job, timeouts)}: some other rank never reached it, and the inputs "

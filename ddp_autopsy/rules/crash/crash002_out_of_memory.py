@@ -63,6 +63,8 @@ class OutOfMemory(Rule):
         if job.rows("agent_signal", "external_signal") or any(
                 r["data"].get("signal") in ("SIGHUP", "SIGINT") for r in job.rows("closing_signal")):
             return  # stopped from outside (CRASH003): a SIGKILL may be the scheduler's doing
+        if any(r["data"].get("signal") == "SIGKILL" for r in job.rows("closing_signal")):
+            return  # the launcher's own SIGKILL, after SIGTERM did not stop it: not the kernel
         killed = [r for r in job.rows("elastic_failure", "worker_failed", "spawn_failed")
                   if r["data"].get("exitcode") == -9 or r["data"].get("signal") == "SIGKILL"
                   or "SIGKILL" in str(r["data"].get("traceback", ""))]

@@ -27,10 +27,15 @@ RuntimeError: The server socket has failed to listen on any local network addres
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of
+
+#: Frames of a worker's own rendezvous (init_process_group → TCPStore with start_daemon on rank 0).
+WORKER_RENDEZVOUS = re.compile(r"init_process_group|_tcp_rendezvous_handler|_env_rendezvous_handler"
+                               r"|_create_c10d_store|rendezvous_iterator")
 
 
 class PortInUse(Rule):
@@ -54,9 +59,11 @@ class PortInUse(Rule):
             h = holders[0]
             cmd = " ".join(h.get("holder_cmdline") or [])[:120]
             summary += f"; it is held by pid {h['holder_pid']} ({cmd})"
-        # Only the store host binds the port: rank 0's process, or node 0's torchrun agent. When
-        # no input names any rank, no worker started: the agent failed, not "rank 0".
-        ranks = ranks_of(rows) or ({0} if job.ranks.height else set())
+        # Only the store host binds the port: rank 0's process (init_process_group's TCPStore),
+        # or node 0's torchrun agent. A worker's traceback through init_process_group says which;
+        # with nothing to tell, no rank is named (the agent may have failed before any worker).
+        in_worker = any(WORKER_RENDEZVOUS.search(r["text"]) for r in job.rows("traceback", "exception"))
+        ranks = ranks_of(rows) or ({0} if in_worker or job.ranks.height else set())
         remedy = self.remedy()
         if len(ports) == 1:
             remedy = remedy.replace("sport = :PORT", f"sport = :{ports[0]}").replace(
