@@ -181,7 +181,7 @@ def test_print_is_light_and_unfolded_without_js(
     opened = open_page(path, scheme="dark", js=False)
     page = opened.page
     assert page.evaluate(COLOURS)[:2] != list(LIGHT)  # dark on screen
-    page.evaluate("document.querySelector('#tree-1 details').open = false")  # a reader folds
+    page.evaluate("document.querySelector('#tree-1 .tree details').open = false")  # a reader folds
     folded = page.evaluate(FOLDED)
     assert any(not stays for stays, _ in folded) and any(stays for stays, _ in folded)
     assert not any(shown for _, shown in folded)  # folded parts are hidden on screen

@@ -550,6 +550,25 @@ def test_timeline_labels_never_overlap(span: timedelta, tmp_path: Path) -> None:
     assert max(xs) - min(xs) > 300  # the marks spread over the plot, not in its last pixels
 
 
+def test_icicle_is_the_tree_drawn_to_scale(hang: tuple[Analysis, str]) -> None:
+    _, doc = hang
+    stacks = section(doc, "stacks")
+    svg = stacks.split('<svg class="icicle"', 1)[1].split("</svg>", 1)[0]
+    rects = re.findall(r'<g class="ic ([\w ]+)"><title>([^<]*)</title><rect x="([\d.]+)" '
+                       r'y="(\d+)" width="([\d.]+)"', svg)
+    rows: dict[int, float] = {}
+    for _, _, _, y, w in rects:
+        rows[int(y)] = rows.get(int(y), 0) + float(w)
+    assert rows[0] == pytest.approx(1000)  # <module>: every process
+    assert all(total <= 1000.01 for total in rows.values())
+    outliers = [(unescape(t), float(w)) for cls, t, _, _, w in rects if "outlier" in cls]
+    # Rank 2 (1 of 4 processes) in evaluate: its own frames, a quarter wide, in red.
+    assert outliers and all(w == pytest.approx(250) for _, w in outliers)
+    assert any(t.startswith("evaluate (train.py:30)") for t, _ in outliers)
+    assert all("rank 2 (1, 25%)" in t for t, _ in outliers)
+    assert any("all_reduce" in unescape(t) and "coll" in cls for cls, t, *_ in rects)
+
+
 # --------------------------------------------------------------------------- safety
 
 

@@ -65,6 +65,73 @@ class TreeView:
     classes: list[ClassView]
     more_classes: int
     truncated: bool
+    icicle: IcicleView | None = None
+
+
+@dataclass
+class IcicleRect:
+    x: float
+    y: float
+    w: float
+    cls: str  # "lib" | "coll" | "user", plus " outlier"
+    title: str
+    label: str  # the function name, cut to fit ("" when too narrow)
+
+
+@dataclass
+class IcicleView:
+    """The merged tree as an icicle: the outermost frame on top, one row per frame depth,
+    each frame as wide as its share of processes; the same data as the tree."""
+
+    width: int
+    height: int
+    rects: list[IcicleRect]
+    cut: bool  # rows below ICICLE_MAX_ROWS, or rects under ICICLE_MIN_PX, not drawn
+
+
+ICICLE_WIDTH, ICICLE_ROW, ICICLE_MAX_ROWS, ICICLE_MIN_PX, ICICLE_MAX_RECTS = 1000, 16, 80, .6, 4000
+
+
+def icicle_view(tree: StackTree) -> IcicleView | None:
+    total = len(tree.procs)
+    if total == 0 or not tree.root.children:
+        return None
+    rects: list[IcicleRect] = []
+    cut = False
+    depth_max = 0
+
+    def place(node: Node, x: float, depth: int) -> None:
+        nonlocal cut, depth_max
+        w = ICICLE_WIDTH * node.count / total
+        if w < ICICLE_MIN_PX or len(rects) >= ICICLE_MAX_RECTS:
+            cut = True
+            return
+        for i, f in enumerate(node.frames):
+            d = depth + i
+            if d >= ICICLE_MAX_ROWS:
+                cut = True
+                return
+            kind = "coll" if stacktree.is_collective(f) else \
+                "lib" if stacktree.is_library(f) else "user"
+            chars = int((w - 6) / 6.6)
+            func = clean(f.func, 200)
+            rects.append(IcicleRect(
+                round(x, 2), d * ICICLE_ROW, round(w, 2),
+                kind + (" outlier" if node.outlier else ""),
+                f"{clean(str(f), 300)} · {node.label} ({node.count}, "
+                f"{_percent(node.count, total)})",
+                func if len(func) <= chars else (func[: chars - 1] + "…" if chars >= 4 else "")))
+            depth_max = max(depth_max, d + 1)
+        child_x = x
+        for child in node.children:
+            place(child, child_x, depth + len(node.frames))
+            child_x += ICICLE_WIDTH * child.count / total
+
+    x = 0.0
+    for child in tree.root.children:
+        place(child, x, 0)
+        x += ICICLE_WIDTH * child.count / total
+    return IcicleView(ICICLE_WIDTH, depth_max * ICICLE_ROW, rects, cut)
 
 
 def _frame_text(f: stacktree.Frame | None) -> str:
@@ -132,7 +199,8 @@ def tree_view(tree: StackTree, prefix: str, title: str, unit: str = "process") -
     return TreeView(title=title, summary=_tree_summary(tree, unit),
                     processes=len(tree.procs), root=roots, classes=classes,
                     more_classes=max(0, len(tree.classes) - MAX_CLASSES),
-                    truncated=truncated or len(tree.root.children) > MAX_CHILDREN)
+                    truncated=truncated or len(tree.root.children) > MAX_CHILDREN,
+                    icicle=icicle_view(tree))
 
 
 def _percent(n: int, total: int) -> str:

@@ -102,6 +102,7 @@ def _fmt_ts(ts: datetime, span: timedelta) -> str:
 #: Gaps with no event longer than this share of the span are drawn cut (≈), GAP_PX wide.
 GAP_SHARE, GAP_PX, MAX_GAPS = 0.12, 26, 6
 MIN_STRETCH_PX = 60  # a stretch between cut gaps is at least this wide
+MARK_TEXT = 120  # characters of a mark's line in its tooltip
 LABEL_CHAR_PX = 6.2  # width of a label character at the SVG's 11 px
 
 
@@ -267,7 +268,7 @@ def timeline_view(analysis: Analysis) -> TimelineView | None:
         count = f" ×{n}" if n > 1 else ""
         marks.append(Mark(round(x, 1), lane_y[name], cat,
                           f"{clean(name, 80)} · {ts.isoformat(sep=' ')} · {kind}{count}: "
-                          f"{clean(text, 200)}"))
+                          f"{clean(text, MARK_TEXT)}"))
     ticks = _ticks(axis, t0, span)
     cats = dict(grouped.group_by("_cat").agg(pl.col("n").sum()).iter_rows())
     untimed = events.height - ev.height
