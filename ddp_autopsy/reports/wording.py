@@ -51,10 +51,10 @@ def who(f: Finding, clean: Callable[[str], str] = str) -> str:
 MISSING: dict[str, tuple[str, str]] = {
     "collectives": ("Flight Recorder dumps",
                     "set TORCH_FR_BUFFER_SIZE=2000 and TORCH_FR_DUMP_ON_TIMEOUT=1 in the job's "
-                    "environment (dumps go to TORCH_FR_DUMP_TEMP_FILE), or run "
+                    "environment and pass the dumps (TORCH_FR_DUMP_TEMP_FILE*), or run "
                     "`ddp-autopsy collect` while it hangs"),
-    "stacks": ("stack dumps", "run `ddp-autopsy collect` (py-spy) while the job hangs"),
-    "stack_tree": ("stack dumps", "run `ddp-autopsy collect` (py-spy) while the job hangs"),
+    "stacks": ("stack dumps", "run `ddp-autopsy collect` while the job hangs"),
+    "stack_tree": ("stack dumps", "run `ddp-autopsy collect` while the job hangs"),
     "processes": ("collect bundles", "run `ddp-autopsy collect` on each node"),
 }
 
