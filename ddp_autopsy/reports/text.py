@@ -106,8 +106,13 @@ def render(analysis: Analysis, out: TextIO | None = None, color: bool | None = N
         console.print(Text("Not examined", style="bold"))
         for note in job.notes:
             console.print(Text(termsafe(f"  {note.path}: {note.message}")), soft_wrap=True)
+        # Rules that stopped for the same reason share one line (four Flight Recorder rules, one
+        # hint on how to get dumps).
+        reasons: dict[str, list[str]] = {}
         for o in skipped:
-            msg = f"  {o.rule} {o.slug}: {wording.not_examined(o)}"
+            reasons.setdefault(wording.not_examined(o), []).append(o.rule)
+        for why, codes in reasons.items():
+            msg = f"  {', '.join(codes)}: {why}"
             console.print(Text(termsafe(msg), style="dim"), soft_wrap=True)
 
 
