@@ -59,7 +59,9 @@ def test_sibling_ranks_under_a_shell_form_one_job(tmp_path: Path) -> None:
         assert job.launcher_pid == shell.pid and job.launcher == "unknown"
         assert sorted(job.pids) == sorted(kids) and job.world_size == 2
         assert sorted((m.role, m.rank) for m in job.members) == [("worker", 0), ("worker", 1)]
-        assert job.key in {j.key for j in find_jobs()}
+        # No-argument discovery lists these ranks (inside a larger job when a foreign launcher
+        # above the test process also has ranks, as a full CI run once showed).
+        assert any(set(job.pids) <= set(j.pids) for j in find_jobs())
     finally:
         h.kill_tree(shell.pid)
         shell.wait(timeout=10)

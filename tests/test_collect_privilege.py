@@ -123,7 +123,9 @@ def test_root_collect_of_a_nobody_job_copies_nothing_nobody_could_not_read(
     assert token.encode() not in data  # neither in the bundle nor in the tarball
     assert b"the job's own log line" not in data  # the first --log-dir is not torchrun's
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["read_as"] == {"checked": True, "uids": [NOBODY]}
+    # Checked as nobody (a path must pass for every user among the job's processes; root among
+    # them, as a full test run once found, weakens nothing: root passes every check).
+    assert manifest["read_as"]["checked"] and NOBODY in manifest["read_as"]["uids"]
     assert manifest["fr_dumps"] == []
     assert [f.get("size") for f in manifest.get("init_files", [])] in ([], [None])
     refused = next(p for p in manifest["problems"] if p["kind"] == REFUSED)
