@@ -352,13 +352,7 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
     job, repeated = snapshots.merge_repeated(job)  # one set of processes, however many bundles
     moves = repeated + [m for tree, b in bundle_trees
                         for m in snapshots.movement(snapshots.read_tree(tree, b.manifest))]
-    # One movement per process: the one that saw it most often (copies of a bundle repeat its
-    # own snapshots), moved if any of them saw it move.
-    by_pid: dict[int, Any] = {}
-    for m in sorted(moves, key=lambda m: m.snapshots):
-        prev = by_pid.get(m.pid)
-        by_pid[m.pid] = m if prev is None or not prev.moved or m.moved else prev
-    job.snapshot_moves = sorted(by_pid.values(), key=lambda m: (m.rank is None, m.rank, m.pid))
+    job.snapshot_moves = snapshots.one_per_process(moves)
     job.ranks = _ranks_frame(job)
     job.elapsed_s = time.perf_counter() - t0
     return job

@@ -177,6 +177,16 @@ def movement(snapshots: Iterable[Snapshot]) -> list[Movement]:
     return sorted(out, key=lambda m: (m.rank is None, m.rank, m.pid))
 
 
+def one_per_process(moves: Iterable[Movement]) -> list[Movement]:
+    """One movement per process, from several sources (copies of a bundle repeat its own
+    snapshots): the one that saw it most often, moved if any of them saw it move."""
+    by_pid: dict[int, Movement] = {}
+    for m in sorted(moves, key=lambda m: m.snapshots):
+        prev = by_pid.get(m.pid)
+        by_pid[m.pid] = m if prev is None or not prev.moved or m.moved else prev
+    return sorted(by_pid.values(), key=lambda m: (m.rank is None, m.rank, m.pid))
+
+
 def summary(moves: list[Movement]) -> str:
     """One line: ``moved: rank 2; did not move: ranks 0, 1 (3 snapshots)``."""
     def ranks(ms: list[Movement]) -> str:

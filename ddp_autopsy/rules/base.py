@@ -277,6 +277,12 @@ class Rule:
         return self.finding(summary, evidence=[evidence_of(r) for r in rows[:shown]], **kwargs)
 
 
+def excerpt(text: str, limit: int = 200) -> str:
+    """A log line for a summary: whitespace folded, cut with an ellipsis past ``limit``."""
+    text = " ".join(text.split())
+    return text[: limit - 1] + "…" if len(text) > limit else text
+
+
 def evidence_of(row: dict[str, Any]) -> Evidence:
     """Evidence from an ``events`` row."""
     text = row.get("text") or ""

@@ -44,7 +44,15 @@ import polars as pl
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
-from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.base import (
+    Evidence,
+    Finding,
+    Rule,
+    evidence_of,
+    excerpt,
+    first_ts,
+    rank_phrase,
+)
 
 REPORTING = kinds_tagged("lost_peer") + kinds_tagged("hang")
 
@@ -85,7 +93,7 @@ class SilentRanks(Rule):
         last = _last_lines(events, silent)
         op = _collective(job, timeouts)
         who = rank_phrase(silent)
-        doing = "; ".join(f"rank {r}'s last line: {_quote(last[r]['text'])}"
+        doing = "; ".join(f"rank {r}'s last line: `{excerpt(last[r]['text'], 120)}`"
                           for r in sorted(last)[:3])
         summary = (f"{who[0].upper()}{who[1:]} never reached {op} that "
                    f"{rank_phrase(waiting)} timed out in"
@@ -128,7 +136,3 @@ def _collective(job: Job, timeouts: list[dict[str, Any]]) -> str:
         return f"collective {d['op']}"
     return "the collective"
 
-
-def _quote(text: str, limit: int = 120) -> str:
-    text = " ".join(text.split())
-    return f"`{text[:limit - 1]}…`" if len(text) > limit else f"`{text}`"

@@ -35,7 +35,7 @@ import polars as pl
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
-from ddp_autopsy.rules.base import Finding, Rule, earliest_first, rank_phrase
+from ddp_autopsy.rules.base import Finding, Rule, earliest_first, excerpt, rank_phrase
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
 FAILING = kinds_tagged("failure") + kinds_tagged("crash")
@@ -69,19 +69,15 @@ class UnclassifiedFailure(Rule):
             who = f"rank {first['rank']}" if first["rank"] is not None else "a process"
             where = f" on {first['host']}" if first.get("host") else ""
             summary = (f"No rule explains this failure; the earliest the inputs show is "
-                       f"{who}{where}: {_short(first['text'])}")
+                       f"{who}{where}: {excerpt(first['text'])}")
             ranks = [first["rank"]]
         else:
             waiting = sorted(set(failing["rank"].drop_nulls().to_list()))
             summary = (f"{rank_phrase(waiting, empty='Some ranks').capitalize()} timed out or "
                        "lost their peers, and the inputs do not show whom they waited for "
-                       f"(first: {_short(first['text'])})")
+                       f"(first: {excerpt(first['text'])})")
             ranks = []
         yield self.from_rows(rows, summary, shown=3, ranks=ranks, hosts=[first.get("host")],
                              confidence=0.25, ts=first["ts"],
                              details={"kind": first["kind"], "failures": failing.height})
 
-
-def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text[: limit - 1] + "…" if len(text) > limit else text
