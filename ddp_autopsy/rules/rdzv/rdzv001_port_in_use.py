@@ -33,7 +33,8 @@ from collections.abc import Iterator
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of
 
-#: Frames of a worker's own rendezvous (init_process_group → TCPStore with start_daemon on rank 0).
+#: Innermost frames of a worker's own rendezvous (init_process_group → its TCPStore, which
+#: only rank 0 binds); the scanner keeps an exception's innermost frame in its data.
 WORKER_RENDEZVOUS = re.compile(r"init_process_group|_tcp_rendezvous_handler|_env_rendezvous_handler"
                                r"|_create_c10d_store|rendezvous_iterator")
 
@@ -62,7 +63,8 @@ class PortInUse(Rule):
         # Only the store host binds the port: rank 0's process (init_process_group's TCPStore),
         # or node 0's torchrun agent. A worker's traceback through init_process_group says which;
         # with nothing to tell, no rank is named (the agent may have failed before any worker).
-        in_worker = any(WORKER_RENDEZVOUS.search(r["text"]) for r in job.rows("traceback", "exception"))
+        in_worker = any(WORKER_RENDEZVOUS.search(str((r["data"].get("frame") or {}).get("func", "")))
+                        for r in job.rows("exception"))
         ranks = ranks_of(rows) or ({0} if in_worker or job.ranks.height else set())
         remedy = self.remedy()
         if len(ports) == 1:
