@@ -142,3 +142,26 @@ def test_resolve_never_raises_nor_changes_a_known_rank(rows: list[tuple]) -> Non
     assert out.columns == df.columns and out.height == df.height
     known = df["rank"].is_not_null()
     assert out.filter(known)["rank"].to_list() == df.filter(known)["rank"].to_list()
+
+
+FAILED = ("torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+          "local_rank: {lr} (pid: 14447) of binary: /usr/bin/python3")
+
+
+def test_on_the_only_node_a_local_rank_is_the_rank() -> None:
+    text = "\n".join([f"[default2]:{PEER}", FAILED.format(lr=2)])
+    df = A.resolve(frame(("out.log", text, {})))
+    assert ranks(df, "peer_closed") == [(2, A.ONE_NODE_CUE)]
+    assert ranks(df, "worker_failed") == [(2, A.ONE_NODE_CUE)]
+
+
+def test_two_hosts_keep_local_ranks_local() -> None:
+    text = "\n".join([f"node-a: {FAILED.format(lr=2)}", f"node-b: {FAILED.format(lr=1)}"])
+    df = A.resolve(frame(("pdsh.log", text, {})))
+    assert ranks(df, "worker_failed") == [(None, None), (None, None)]
+
+
+def test_a_rank_paired_with_another_local_rank_shows_a_second_node() -> None:
+    text = "\n".join([f"[default1]:[rank5]:{WATCHDOG.format(r=5)}", FAILED.format(lr=3)])
+    df = A.resolve(frame(("out.log", text, {})))
+    assert ranks(df, "worker_failed") == [(None, None)]

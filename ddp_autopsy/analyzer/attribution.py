@@ -13,7 +13,10 @@ from such a mapping, and only when it is unambiguous; the ``cue`` column says wh
    R of that process when N is the largest communicator of the job;
 3. within a file, a writer (its prefixes, and its pid when known) maps to the one rank its
    ranked lines name; across files, (host, pid) does (NCCL ``host:pid:tid`` prefixes,
-   NCCL_DEBUG_FILE names, torchelastic failure summaries, collect bundles).
+   NCCL_DEBUG_FILE names, torchelastic failure summaries, collect bundles);
+4. when the inputs show one node only (one host at most, and no line pairs a rank with a
+   different local rank), a local rank is the rank: ``[default3]:`` prefixes, torchelastic's
+   ``failed (exitcode: -9) local_rank: 3``, DeepSpeed's ``'--local_rank=3' ... exits``.
 
 Unknown stays unknown: a writer whose lines name two ranks is left alone.
 """
@@ -33,8 +36,10 @@ SLOT_CUE = "launcher prefix [N]: (confirmed by ranked lines)"
 NCCL_CUE = "NCCL comm init (world communicator)"
 STREAM_CUE = "launcher prefix mapped via [rankN] lines"
 PID_CUE = "same process (pid) as ranked lines"
+SUMMARY_CUE = "torchelastic failure summary"
+ONE_NODE_CUE = "local rank on the only node the inputs show"
 #: Rows whose host, pid and rank describe one process, though another one wrote the line.
-PROCESS_CUES = (*WRITER_CUES, "torchelastic failure summary", TASK_CUE, SLOT_CUE, NCCL_CUE)
+PROCESS_CUES = (*WRITER_CUES, SUMMARY_CUE, TASK_CUE, SLOT_CUE, NCCL_CUE)
 
 _TMP = ("_task", "_slot", "_host", "_launcher")
 
@@ -67,7 +72,7 @@ def resolve(events: pl.DataFrame, processes: pl.DataFrame | None = None) -> pl.D
         ).filter(pl.col("rank").is_not_null())
     df = _fill(df, ["_host", "pid"], pl.col("cue").is_in([*PROCESS_CUES, PID_CUE]), PID_CUE,
                extra)
-    return df.drop(_TMP)
+    return _one_node(df, processes).drop(_TMP)
 
 
 def _fill(df: pl.DataFrame, keys: list[str], known: pl.Expr, cue: str,
@@ -132,3 +137,25 @@ def _nccl_world(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(fill).then(pl.lit(NCCL_CUE)).otherwise(pl.col("cue")).alias("cue"),
         pl.when(fill).then(comm_rank).otherwise(pl.col("rank")).alias("rank"),
     )
+
+
+def _one_node(df: pl.DataFrame, processes: pl.DataFrame | None) -> pl.DataFrame:
+    """Ranks from local ranks, when nothing in the inputs shows a second node."""
+    local = pl.coalesce(
+        pl.col("local_rank"),
+        pl.col("data").str.json_path_match("$.local_rank").cast(pl.Int64, strict=False))
+    df = df.with_columns(local.alias("_local"))
+    if df.select(pl.col("_local").is_not_null().any()).item() is not True:
+        return df.drop("_local")
+    hosts = set(df["_host"].drop_nulls().unique().to_list())
+    if processes is not None and processes.height:
+        hosts |= set(processes["host"].drop_nulls().str.extract(r"^([^.]+)").to_list())
+    paired = df.filter(pl.col("rank").is_not_null() & pl.col("_local").is_not_null()
+                       & (pl.col("rank") != pl.col("_local")))
+    if len(hosts) > 1 or paired.height:
+        return df.drop("_local")
+    fill = pl.col("rank").is_null() & pl.col("_local").is_not_null()
+    return df.with_columns(
+        pl.when(fill).then(pl.lit(ONE_NODE_CUE)).otherwise(pl.col("cue")).alias("cue"),
+        pl.coalesce("rank", "_local").alias("rank"),
+    ).drop("_local")

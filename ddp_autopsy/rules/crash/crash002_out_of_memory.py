@@ -32,9 +32,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ddp_autopsy.analyzer.attribution import ONE_NODE_CUE, SUMMARY_CUE
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, ranks_of, subject
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
+
+#: Cues under which a launcher's failure line's rank is the failed worker's.
+SUBJECT_CUES = (ONE_NODE_CUE, SUMMARY_CUE)
 
 
 class OutOfMemory(Rule):
@@ -48,7 +52,7 @@ class OutOfMemory(Rule):
         if not rows:
             yield from self._killed(job)
             return
-        ranks = ranks_of(rows)
+        ranks = ranks_of(rows) or self._failed_worker(job)
         tried = next((r["data"]["tried"] for r in rows if r["data"].get("tried")), None)
         kind = "host memory (OOM killer)" if any(r["data"].get("host") for r in rows) \
             else "GPU memory" if any("CUDA" in r["text"] for r in rows) else "memory"
@@ -57,6 +61,14 @@ class OutOfMemory(Rule):
         summary += f" (tried to allocate {tried})." if tried else "."
         yield self.from_rows(rows, summary, shown=2, ranks=ranks, confidence=0.9,
                              details={"tried": tried, "kind": kind})
+
+    @staticmethod
+    def _failed_worker(job: Job) -> list[int]:
+        """An unranked out-of-memory line's rank: the only worker the launcher saw fail."""
+        failed = {r["rank"] for r in job.rows("worker_failed", "elastic_failure")
+                  if r["cue"] in SUBJECT_CUES and r["rank"] is not None
+                  and r["data"].get("exitcode") not in (None, 0)}
+        return sorted(failed) if len(failed) == 1 else []
 
     def _killed(self, job: Job) -> Iterator[Finding]:
         """SIGKILL with no traceback and no outside stop: the host's OOM killer, most likely."""
@@ -71,6 +83,7 @@ class OutOfMemory(Rule):
         if not killed:
             return
         ranks = {r["data"]["rank"] for r in killed if isinstance(r["data"].get("rank"), int)}
+        ranks |= {r["rank"] for r in killed if r["cue"] == ONE_NODE_CUE}
         ranks |= {int(r["data"]["index"]) for r in killed  # mp.spawn's index is the rank
                   if r["kind"] == "spawn_failed" and str(r["data"].get("index", "")).isdigit()}
         raised = {r["rank"] for r in job.rows("exception")
