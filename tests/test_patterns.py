@@ -177,6 +177,22 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      "group", {"role": "default", "left": 3, "max": 3}),
     ("oom", "Memory on the node (IP: 10.0.0.5, ID: 2b4e5f) where the task was running was 28.50GB "
      "/ 30.00GB (0.95), which exceeds the memory usage threshold of 0.95.", {"ip": "10.0.0.5"}),
+    ("oom", "Memory on the node (IP: 10.1.180.84, ID: ba65c80c) where the task (task ID: d221d2, "
+     "name=head, rank=0,, pid=4503, memory used=0.02GB) was running was 1.9TB / 2.0TB (0.95)",
+     {"ip": "10.1.180.84", "victim": "0"}),
+    # SLURM (src/srun, task/cgroup): a task's end, and the cgroup OOM handler
+    ("srun_task_failed", "srun: error: nid001: task 3: Exited with exit code 1",
+     {"node": "nid001", "tasks": "3", "exitcode": 1}),
+    ("srun_task_failed", "srun: error: gpu7: tasks 0-5,7: Killed", {"tasks": "0-5,7"}),
+    ("srun_task_failed", "srun: error: ... Aborted (core dumped)", {"what": "Aborted (core dumped)"}),
+    ("oom", "srun: error: nid001: task 3: Out Of Memory", {"node": "nid001", "tasks": "3"}),
+    ("oom", "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1234.0. Some of your "
+     "processes may have been killed by the cgroup out-of-memory handler.", {}),
+    # the watchdog's line as a user shortened it in a paste
+    ("watchdog_timeout", "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(..., "
+     "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800090 milliseconds "
+     "before timing out.", {"pgrank": 0, "op": "ALLREDUCE", "timeout_ms": 1800000,
+                            "ran_ms": 1800090}),
     ("unused_parameters", "Parameter indices which did not receive grad for rank 1: 24 25",
      {"rank": 1, "params": "24 25"}),
     ("unused_parameters", "RuntimeError: It looks like your LightningModule has parameters that "

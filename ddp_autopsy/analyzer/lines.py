@@ -64,13 +64,15 @@ SRUN_LABEL = re.compile(r"^ *(?P<task>[0-9]+): ")
 # "[${local_rank}]:": which one is unknown, so the number only names the stream. A bare "[0]:"
 # is torchelastic's failure-summary entry, not a prefix: a message must follow.
 BRACKET = re.compile(r"^\[(?P<n>[0-9]+)\]: ?(?P<rest>\S)")
-# A log quoted in a bug report (Markdown): "> Traceback (most recent call last):"
-QUOTE = re.compile(r"^> ?")
+# A log quoted in a bug report (Markdown: "> Traceback (most recent call last):") or by a
+# report tool that indents and bars it ("        | [rank0]: Traceback ..."; a Markdown table
+# row starts at the margin).
+QUOTE = re.compile(r"^(?:> ?|[ \t]+\| ?)")
 # docker compose: "svc-1  | msg" (the service name padded to the longest one).
 COMPOSE = re.compile(r"^(?P<svc>[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]*) +\| ")
 #: Any of them, for a quick look (the regexes are kept ASCII: polars compiles them per call).
 ANY_FILE_PREFIX = (r"^(?:(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,62}| *[0-9]+|\[[0-9]+\]): "
-                   r"|[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]* +\| |>)")
+                   r"|[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]* +\| |>|[ \t]+\| )")
 
 # --- prefixes read on every line -------------------------------------------------------------
 # P1 torchrun --tee/--redirects: "[default0]:" = "[<role><local_rank>]:"; custom templates such as
@@ -261,7 +263,7 @@ def detect(sample: Sequence[str | None] | pl.Series) -> tuple[FilePrefix, Writer
 # regex names the leading writer prefixes of each line in polars, and only the last line of each
 # name reaches parse_line. Stamps between the prefixes are skipped (they differ on every line);
 # prefixes inside the message ("[Rank N]") are not read there.
-_QUOTE_TOKEN = r"> ?"
+_QUOTE_TOKEN = r"(?:> ?|[ \t]+\| ?)"
 _FILE_TOKENS = (
     ("quote", _QUOTE_TOKEN),
     ("compose", r"[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]* +\| "),
@@ -463,8 +465,9 @@ def _labelled(body: str) -> FilePrefix | None:
 
 def _file_prefixes(text: str, prefix: FilePrefix, info: LineInfo, parts: list[str]) -> str:
     body = text
-    if prefix.quote and body.startswith(">"):
-        body = body[2:] if body.startswith("> ") else body[1:]
+    if prefix.quote:
+        m = QUOTE.match(body)
+        body = body[m.end():] if m else body
     if prefix.compose:
         m = COMPOSE.match(body)
         if m:

@@ -304,10 +304,24 @@ PATTERNS: tuple[Pattern, ...] = (
         # Timeout(ms)=60000) timed out in call to wait()." (1.8-2.1), "... timed out in blocking
         # wait (NCCL_BLOCKING_WAIT=1)." (2.2+)
         r"|Work WorkNCCL\((?:SeqNum=(?P<seq2>\d+), )?OpType=(?P<op2>\w+)[^)]*?"
-        r"Timeout\(ms\)=(?P<timeout_ms2>\d+)\) timed out in (?:call to wait\(\)|blocking wait))",
+        r"Timeout\(ms\)=(?P<timeout_ms2>\d+)\) timed out in (?:call to wait\(\)|blocking wait)"
+        # the same, shortened by whoever pasted it ("WorkNCCL(..., OpType=ALLREDUCE, ...)"):
+        # each field read where it is found (up to "ran for N milliseconds": a line cut
+        # before it is joined with the next first)
+        r"|(?:\[Rank (?P<pgrank3>\d+)\] )?Watchdog caught collective operation timeout:? "
+        r"WorkNCCL\((?:[^)]*?SeqNum=(?P<seq3>\d+))?(?:[^)]*?OpType=(?P<op3>\w+))?"
+        r"(?:[^)]*?NumelIn=(?P<nin3>\d+), ?NumelOut=(?P<nout3>\d+))?"
+        r"(?:[^)]*?Timeout\(ms\)=(?P<timeout_ms3>\d+))?"
+        r"[^)]*\) ran for (?P<ran_ms3>\d+) milliseconds)",
         pgrank=int,
         seq2=int,
         timeout_ms2=int,
+        pgrank3=int,
+        seq3=int,
+        nin3=int,
+        nout3=int,
+        timeout_ms3=int,
+        ran_ms3=int,
         seq=int,
         nin=int,
         nout=int,
@@ -518,6 +532,18 @@ PATTERNS: tuple[Pattern, ...] = (
         local_rank=int,
         pid=int,
     ),
+    # SLURM's srun when a task ends badly (src/srun: "%s: task[s] %s: %s"): "srun: error:
+    # nid001: task 3: Exited with exit code 1", "srun: error: gpu7: tasks 0-5,7: Killed",
+    # "... task 0: Aborted (core dumped)"; the host and tasks are sometimes cut from a paste.
+    # "Out Of Memory" is the oom kind below.
+    _p(
+        "srun_task_failed",
+        "srun: error:",
+        r"srun: error: (?:(?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\]]+): |\.\.\. ?)"
+        r"(?P<what>Exited with exit code (?P<exitcode>\d+)|(?!Out Of Memory)[A-Z][a-z]+(?: [a-z]+)*"
+        r"(?: \(core dumped\))?)\s*$",
+        exitcode=int,
+    ),
     # DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler): "[launch.py:320:
     # sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=1'] exits with return
     # code = -9" (the command is often wrapped over several lines, so only the tail is read).
@@ -592,7 +618,8 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "oom",
         ("out of memory'", "CUDA out of memory", "OutOfMemoryError",
-         "Out of memory: Killed process", "oom-kill", "killed due to memory pressure (OOM)",
+         "Out of memory: Killed process", "oom-kill", "oom_kill", "Out Of Memory",
+         "killed due to memory pressure (OOM)",
          "exceeds the memory usage threshold", "Memory on the node (IP: "),
         r"(?:(?P<cuda>CUDA out of memory)(?:\. Tried to allocate (?P<tried>[\d.]+ [KMGT]i?B))?"
         r"|(?P<host>Out of memory: Killed process (?P<pid>\d+))|OutOfMemoryError|'out of memory'"
@@ -601,7 +628,13 @@ PATTERNS: tuple[Pattern, ...] = (
         # 30.00GB (0.95), which exceeds the memory usage threshold of 0.95."
         r"|(?P<ray>killed due to memory pressure \(OOM\))"
         r"|Memory on the node \(IP: (?P<ip>[^,)]+)[^)]*\) where the (?:task|actor)"
-        r"|which exceeds the memory usage threshold)",
+        r"(?: \([^)]*?\brank=(?P<victim>\d+))?"  # Ray Train's worker: "(..., name=head, rank=0,"
+        r"|which exceeds the memory usage threshold"
+        # SLURM: the step's cgroup OOM handler ("slurmstepd: error: Detected 1 oom-kill event(s)
+        # in StepId=1234.0 ...", "Detected 2 oom_kill events in ...") and srun's task status
+        # ("srun: error: nid001: task 3: Out Of Memory")
+        r"|(?P<cgroup>Detected \d+ oom[-_]kill event)"
+        r"|srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\]]+): Out Of Memory)",
     ),
     # --- DDP ----------------------------------------------------------------------------------
     _p(
@@ -933,6 +966,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "exception": {"failure", "crash"},
     "elastic_failure": {"failure", "crash"},
     "worker_failed": {"failure", "crash"},
+    "srun_task_failed": {"failure"},
     "spawn_failed": {"failure", "crash"},
     "oom": {"failure", "crash"},
     "agent_signal": {"failure", "terminated"},

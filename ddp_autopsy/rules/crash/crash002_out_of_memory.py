@@ -52,9 +52,12 @@ class OutOfMemory(Rule):
         if not rows:
             yield from self._killed(job)
             return
-        ranks = ranks_of(rows) or self._failed_worker(job)
+        ranks = ranks_of(rows) or {int(r["data"]["victim"]) for r in rows
+                                   if r["data"].get("victim") is not None} \
+            or self._failed_worker(job)
         tried = next((r["data"]["tried"] for r in rows if r["data"].get("tried")), None)
-        kind = "host memory (OOM killer)" if any(r["data"].get("host") for r in rows) \
+        kind = "host memory (OOM killer)" if any(
+            r["data"].get(k) for r in rows for k in ("host", "cgroup", "node")) \
             else "GPU memory" if any("CUDA" in r["text"] for r in rows) else "memory"
         who = subject(ranks, "A rank")
         summary = f"{who} ran out of {kind}"
