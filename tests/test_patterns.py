@@ -180,6 +180,10 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("oom", "Memory on the node (IP: 10.1.180.84, ID: ba65c80c) where the task (task ID: d221d2, "
      "name=head, rank=0,, pid=4503, memory used=0.02GB) was running was 1.9TB / 2.0TB (0.95)",
      {"ip": "10.1.180.84", "victim": "0"}),
+    ("oom", "RuntimeError: CUDA error: out of memory", {"cuda": "CUDA error: out of memory"}),
+    ("oom", "RuntimeError: [enforce fail at alloc_cpu.cpp:83] err == 0. DefaultCPUAllocator: "
+     "can't allocate memory: you tried to allocate 3221225472 bytes. Error code 12 (Cannot "
+     "allocate memory)", {"cpu": "can't allocate memory"}),
     # SLURM (src/srun, task/cgroup): a task's end, and the cgroup OOM handler
     ("srun_task_failed", "srun: error: nid001: task 3: Exited with exit code 1",
      {"node": "nid001", "tasks": "3", "exitcode": 1}),

@@ -619,10 +619,16 @@ PATTERNS: tuple[Pattern, ...] = (
         "oom",
         ("out of memory'", "CUDA out of memory", "OutOfMemoryError",
          "Out of memory: Killed process", "oom-kill", "oom_kill", "Out Of Memory",
+         "CUDA error: out of memory", "DefaultCPUAllocator: ",
          "killed due to memory pressure (OOM)",
          "exceeds the memory usage threshold", "Memory on the node (IP: "),
         r"(?:(?P<cuda>CUDA out of memory)(?:\. Tried to allocate (?P<tried>[\d.]+ [KMGT]i?B))?"
         r"|(?P<host>Out of memory: Killed process (?P<pid>\d+))|OutOfMemoryError|'out of memory'"
+        # the CUDA runtime's own wording (cudaErrorMemoryAllocation), and c10's host allocator:
+        # "DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes" (or "not
+        # enough memory: ...")
+        r"|(?P<cuda2>CUDA error: out of memory)"
+        r"|DefaultCPUAllocator: (?P<cpu>can't allocate memory|not enough memory)"
         # Ray's memory monitor: "(raylet) 1 Workers (tasks / actors) killed due to memory
         # pressure (OOM), ..." / "Memory on the node (IP: 10.0.0.1, ...) ... was 28.50GB /
         # 30.00GB (0.95), which exceeds the memory usage threshold of 0.95."

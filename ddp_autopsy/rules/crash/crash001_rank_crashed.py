@@ -162,16 +162,36 @@ class RankCrashed(Rule):
         # The launcher's own line is all there is: "failed (exitcode: 2) local_rank: 0 (pid: N)"
         # (torchelastic, no failure summary) or DeepSpeed's "... exits with return code = 1".
         exits = earliest_first(r for r in job.rows("worker_failed")
-                               if (r["data"].get("exitcode") or 0) > 0)
+                               if _crash_exit(r["data"].get("exitcode")))
         if exits:
-            d = exits[0]["data"]
-            who = f"local rank {d['local_rank']}" if d.get("local_rank") is not None \
-                else "a worker"
+            d, rank = exits[0]["data"], exits[0]["rank"]
+            who = f"rank {rank}" if rank is not None else f"local rank {d['local_rank']}" \
+                if d.get("local_rank") is not None else "a worker"
             pid = f" (pid {d['pid']})" if d.get("pid") else ""
+            sig = signal_name(d["exitcode"]) if d["exitcode"] < 0 else None
+            how = (f"was killed by {sig} (exit code {d['exitcode']}): {NATIVE_SIGNALS[sig]}, "
+                   "with no Python traceback the inputs show" if sig else
+                   f"exited first with code {d['exitcode']}, printing no Python traceback the "
+                   "inputs show (an error before Python ran the script, or output sent "
+                   "elsewhere)")
             yield self.finding(
-                f"{who[0].upper()}{who[1:]}{pid} exited first with code {d['exitcode']}, "
-                "printing no Python traceback the inputs show (an error before Python ran the "
-                "script, or output sent elsewhere).",
-                evidence=[evidence_of(exits[0])], ranks=[exits[0]["rank"]],
+                f"{who[0].upper()}{who[1:]}{pid} {how}.",
+                evidence=[evidence_of(exits[0])], ranks=[rank],
                 hosts=[exits[0]["host"]], confidence=0.5, ts=exits[0]["ts"],
                 details={"exitcode": d["exitcode"], "local_rank": d.get("local_rank")})
+
+
+#: Signals a process raises on itself when native code fails, and what they usually mean.
+NATIVE_SIGNALS = {
+    "SIGSEGV": "a crash in native code (a CUDA or NCCL call, an extension) or a bad memory access",
+    "SIGBUS": "a bad memory access, often a full /dev/shm or a truncated memory-mapped file",
+    "SIGABRT": "an abort in native code (a C++ exception or a failed assertion)",
+    "SIGILL": "an instruction this CPU lacks (a build for another machine)",
+    "SIGFPE": "an arithmetic fault in native code",
+}
+
+
+def _crash_exit(code: object) -> bool:
+    """A launcher-reported exit that is the worker's own failure: a non-zero status, or a
+    signal native code raises (not the SIGKILL/SIGTERM of an OOM killer, launcher or scheduler)."""
+    return isinstance(code, int) and (code > 0 or signal_name(code) in NATIVE_SIGNALS)

@@ -58,6 +58,7 @@ class OutOfMemory(Rule):
         tried = next((r["data"]["tried"] for r in rows if r["data"].get("tried")), None)
         kind = "host memory (OOM killer)" if any(
             r["data"].get(k) for r in rows for k in ("host", "cgroup", "node")) \
+            else "host memory" if any(r["data"].get("cpu") for r in rows) \
             else "GPU memory" if any("CUDA" in r["text"] for r in rows) else "memory"
         who = subject(ranks, "A rank")
         summary = f"{who} ran out of {kind}"
