@@ -184,6 +184,9 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("oom", "RuntimeError: [enforce fail at alloc_cpu.cpp:83] err == 0. DefaultCPUAllocator: "
      "can't allocate memory: you tried to allocate 3221225472 bytes. Error code 12 (Cannot "
      "allocate memory)", {"cpu": "can't allocate memory"}),
+    # torch before 1.6: no NCCL version after the error string
+    ("nccl_error", "RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:272, "
+     "unhandled system error", {"estr": "unhandled system error"}),
     # SLURM (src/srun, task/cgroup): a task's end, and the cgroup OOM handler
     ("srun_task_failed", "srun: error: nid001: task 3: Exited with exit code 1",
      {"node": "nid001", "tasks": "3", "exitcode": 1}),

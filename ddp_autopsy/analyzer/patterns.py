@@ -866,8 +866,10 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "nccl_error",
         "NCCL error",
-        r"NCCL error(?: in: (?P<file>\S+):(?P<line>\d+),|:) (?P<estr>.+?), "
-        r"NCCL version (?P<version>[\w.]+)",
+        # torch before 1.6 printed no version: "NCCL error in: .../ProcessGroupNCCL.cpp:272,
+        # unhandled system error"
+        r"NCCL error(?: in: (?P<file>\S+):(?P<line>\d+),|:) (?P<estr>.+?)"
+        r"(?:, NCCL version (?P<version>[\w.]+)|\s*$)",
     ),
 )
 
