@@ -287,9 +287,14 @@ PATTERNS: tuple[Pattern, ...] = (
         r"Detected mismatch between collectives on ranks\. Rank (?P<r1>\d+) is running collective: "
         r"(?P<fp1>CollectiveFingerPrint\(.*?\)), but Rank (?P<r2>\d+) is running collective: "
         r"(?P<fp2>CollectiveFingerPrint\(.*?\))\.(?:Collectives differ in the following aspects: "
-        r"(?P<aspects>.*))?",
+        r"(?P<aspects>.*))?"
+        # cut before the second fingerprint (a truncated paste): the first one only
+        r"|Detected mismatch between collectives on ranks\. Rank (?P<r3>\d+) is running "
+        r"collective: (?P<fp3>CollectiveFingerPrint\(.*)",
         r1=int,
         r2=int,
+        r3=int,
+        alias={"r3": "r1", "fp3": "fp1"},
     ),
     # M1
     _p(

@@ -70,11 +70,21 @@ class CollectiveMismatch(Rule):
         rows = job.rows("collective_fingerprint_mismatch")
         if not rows:
             return
-        fp_of: dict[int, str] = {}
+        # A rank's own fingerprint first: what it reports of a peer can be the fingerprint
+        # check's own exchange gone out of step (SequenceNumber=0, OpType=GATHER).
+        fp_of: dict[int, str] = {r["data"]["r1"]: r["data"]["fp1"] for r in reversed(rows)}
         for r in rows:
-            d = r["data"]
-            fp_of.setdefault(d["r1"], d["fp1"])
-            fp_of.setdefault(d["r2"], d["fp2"])
+            if "r2" in r["data"]:  # absent where the message was cut after the first one
+                fp_of.setdefault(r["data"]["r2"], r["data"]["fp2"])
+        if len(fp_of) < 2:
+            (rank, fp), = fp_of.items()
+            yield self.finding(
+                f"The ranks called different collectives (the fingerprint check found a "
+                f"mismatch; rank {rank} was running {_short(fp)}; the rest of the message is "
+                "missing, so which rank is the odd one is not known).",
+                evidence=[evidence_of(rows[0])], ranks=[], confidence=0.8, ts=first_ts(rows),
+                details={"fingerprints": {str(rank): fp}})
+            return
         culprits, majority = _minority({k: _normalise(v) for k, v in fp_of.items()})
         odd = {_short(fp_of[r]) for r in culprits}
         usual = _short(next(fp for r, fp in fp_of.items() if r not in culprits)) \
