@@ -390,6 +390,7 @@ def _process_entry(m: Member, proc: ProcessRecord | None) -> dict[str, Any]:
         "stack_text": stack.text_path if stack else None,
         "stack_status": stack.status if stack else "pending",
         "stack_error": stack.error if stack else None,
+        "stack_source": stack.source if stack and stack.json_path else None,
     }
 
 
@@ -452,6 +453,12 @@ def _problems(bundle: Bundle, procs_: dict[int, ProcessRecord], plan: logs.LogPl
     out: list[dict[str, Any]] = []
     if pyspy_exe is None:
         out.append(_problem("pyspy_missing", count=len(procs_)))
+    fallback = {pid: p.stack for pid, p in procs_.items() if p.stack is not None
+                and p.stack.json_path and p.stack.source != "py-spy"}
+    if fallback:  # stacks taken without py-spy (pyspy.fallback): the analysis says how
+        notes = sorted({s.note or s.source for s in fallback.values()})
+        out.append(_problem("stack_fallback", pids=list(fallback), detail=notes[0]
+                            + (f" (+{len(notes) - 1} other reasons)" if len(notes) > 1 else "")))
     env_errors: dict[str, list[int]] = {}
     info_failed: dict[str, list[int]] = {}
     for pid, proc in procs_.items():
@@ -519,6 +526,8 @@ def _warning(p: dict[str, Any], deadline_s: float) -> str:
     kind, pids, targets = p["kind"], p["pids"], p["targets"]
     if kind == "pyspy_missing":
         return "py-spy not found: no stack dumps (pip install py-spy)"
+    if kind == "stack_fallback":
+        return f"stacks of pid(s) {pids} not from py-spy: {p['detail']}"
     if kind == "env_unreadable":
         return (f"environment unreadable ({p['detail'].replace('_', ' ')}) for pid(s) {pids}: "
                 "run collect as the job's user or root")

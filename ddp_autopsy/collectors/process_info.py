@@ -97,11 +97,14 @@ def collect_stacks(bundle: Bundle, pyspy_exe: str | None, proc: ProcessRecord, *
     if proc.info.get("status") == EXITED:
         stack = pyspy.StackDump(EXITED, "process exited before the dump", None, None, None)
     else:
-        stack = pyspy.dump_process(bundle, pyspy_exe, pid, native=native, step_timeout=step)
+        stack = pyspy.dump_process(bundle, pyspy_exe, pid, native=native, step_timeout=step,
+                                   env=proc.env)
     if proc.info.get("versions") and stack.text:
         proc.info["versions"]["python"] = (
             versions([], None, stack.text)["python"] or proc.info["versions"]["python"])
     proc.info["stack_status"] = stack.status
     proc.info["stack"] = stack.json_path
+    proc.info["stack_source"] = stack.source if stack.json_path else None
+    proc.info["stack_note"] = stack.note
     bundle.write_json(layout.process_info(pid), proc.info)
     return stack

@@ -4,7 +4,9 @@
 * the size of the job's log files (growth is progress) and the lines they gained (watchdog and
   timeout lines are reported as they appear);
 * one non-blocking py-spy sample of a rank (``--nonblocking``: the process is never paused),
-  reduced to a *signature* that changes when the rank's main thread moves.
+  reduced to a *signature* that changes when the rank's main thread moves; when py-spy fails,
+  the same fallbacks as ``collect`` (:func:`ddp_autopsy.collectors.pyspy.fallback`: the 3.15+
+  interpreter's own dump, or the job's faulthandler).
 
 Nothing here raises for a process that vanished: readers return ``None``.
 """
@@ -15,12 +17,14 @@ import json
 import os
 import re
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ddp_autopsy.analyzer.snapshots import frame_signature, frames_where, main_thread
 from ddp_autopsy.collectors import procs, pyspy
+from ddp_autopsy.collectors.faulthandler import Written
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # Lines worth printing the moment they appear (NCCL / torch watchdogs, Gloo timeouts, crashes).
@@ -85,11 +89,23 @@ class LogTail:
         self.sizes: dict[str, int] = {}
 
     def add(self, path: str) -> None:
+        path = os.path.realpath(path)  # one key per file, however it was named
         if path not in self.sizes:
             try:
                 self.sizes[path] = os.path.getsize(path)
             except OSError:
                 self.sizes[path] = 0
+
+    def skip(self, path: str, start: int, end: int) -> int | None:
+        """Bytes ``start..end`` of ``path`` were written because of the watcher (a faulthandler
+        dump): count the file as read past them. Returns the bytes the job wrote before
+        ``start`` that the next poll would have seen (None when ``path`` is not followed)."""
+        path = os.path.realpath(path)
+        if path not in self.sizes:
+            return None
+        unseen = max(0, start - self.sizes[path])
+        self.sizes[path] = max(self.sizes[path], end)
+        return unseen
 
     def poll(self, max_read: int = 1 << 20) -> tuple[int, list[tuple[str, str]]]:
         """``(bytes gained since the last poll, [(path, alert line)])``."""
@@ -153,14 +169,34 @@ class Sample:
     raw: bytes | None = None  # the --json document, kept for the bundle's snapshots
     error: str | None = None
     python: str | None = None  # the interpreter version, when py-spy could not read it
+    source: str = "py-spy"  # or the fallback that took it (faulthandler, profiling.sampling)
+    note: str | None = None  # a fallback's sample: why py-spy failed and how it was taken
+    written: tuple[Written, ...] = ()  # what a faulthandler dump added to the job's files
 
 
 def in_collective(frames: list[dict[str, Any]]) -> bool:
     return any(str(f.get("filename", "")).endswith(COLLECTIVE_FILES) for f in frames)
 
 
-def sample(pyspy_exe: str | None, pid: int, timeout: float = 5.0) -> Sample:
-    """One ``py-spy dump --json --nonblocking`` of ``pid``, reduced to its signature."""
+def sample(pyspy_exe: str | None, pid: int, timeout: float = 5.0,
+           env: Mapping[str, str] | None = None) -> Sample:
+    """One ``py-spy dump --json --nonblocking`` of ``pid``, reduced to its signature; when
+    py-spy fails (but the process lives), a fallback stack (``env``: the process's own)."""
+    got = _pyspy_sample(pyspy_exe, pid, timeout)
+    if got.status in ("ok", "exited"):
+        return got
+    alt = pyspy.fallback(pid, env, timeout)
+    if alt.status == "exited":
+        return Sample(pid, "exited", error="process exited")
+    if alt.status != "ok" or not alt.threads:
+        return replace(got, error=f"{got.error}; no fallback stack: {alt.detail}")
+    return replace(_reduce(pid, alt.threads, json.dumps(alt.threads).encode()),
+                   source=alt.method, written=tuple(alt.written),
+                   note=f"py-spy failed ({got.status}: {got.error}); stack taken with "
+                        f"{alt.detail}")
+
+
+def _pyspy_sample(pyspy_exe: str | None, pid: int, timeout: float) -> Sample:
     if pyspy_exe is None:
         return Sample(pid, "error", error="py-spy not found (pip install py-spy)")
     argv = pyspy.dump_argv(pyspy_exe, pid, as_json=True, native=False)
@@ -175,36 +211,26 @@ def sample(pyspy_exe: str | None, pid: int, timeout: float = 5.0) -> Sample:
     except ValueError:
         threads = None
     if not isinstance(threads, list):
-        return _failed(pid, out.stderr.decode(errors="replace"))
+        return _failed(pid, out.stderr.decode(errors="replace"), out.returncode)
+    return _reduce(pid, threads, out.stdout)
+
+
+def _reduce(pid: int, threads: list[Any], raw: bytes) -> Sample:
     th = main_thread(threads, pid)
     frames = list(th.get("frames") or []) if th else []
     return Sample(pid, "ok", frame_signature(frames), frames_where(frames), in_collective(frames),
-                  out.stdout)
+                  raw)
 
 
-def _failed(pid: int, stderr: str) -> Sample:
+def _failed(pid: int, stderr: str, code: int | None = None) -> Sample:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    text = [next((line for line in lines if "rror" in line), lines[0] if lines else "")]
+    text = [next((line for line in lines if "rror" in line), lines[0] if lines else
+                 f"py-spy exited with {code}")]
     if not procs.exists(pid) or procs.read_state(pid) in ("Z", "X"):
         return Sample(pid, "exited", error="process exited")
     low = stderr.lower()
     if "permission denied" in low or "operation not permitted" in low:
         return Sample(pid, "permission_denied", error=pyspy.PTRACE_REMEDY)
-    version = python_version(pid)
+    version = pyspy.python_version(pid)
     return Sample(pid, "not_python" if "python" in low else "error", error=text[0][:300],
-                  python=version)
-
-
-_LIBPYTHON = re.compile(r"libpython(\d+\.\d+)")
-_EXE = re.compile(r"python(\d+\.\d+)")
-
-
-def python_version(pid: int) -> str | None:
-    """``3.14`` from the process's ``libpython3.14.so`` or executable name, if it says."""
-    for path in procs.read_maps_paths(pid):
-        m = _LIBPYTHON.search(os.path.basename(path))
-        if m:
-            return m.group(1)
-    exe = procs.read_exe(pid) or ""
-    m = _EXE.search(os.path.basename(os.path.realpath(exe)) if exe else "")
-    return m.group(1) if m else None
+                  python=".".join(map(str, version)) if version else None)

@@ -72,6 +72,7 @@ class WatchOptions:
 class Worker:
     pid: int
     key: str
+    env: dict[str, str] | None = None  # its initial environment (for the stack fallbacks)
 
 
 class Watcher:
@@ -97,6 +98,7 @@ class Watcher:
         self.detector: Detector | None = None
         self.meeting: Meeting | None = None
         self.hangs = 0
+        self.fallback_noted = False  # the first fallback sample is announced, once
         self.found_problem = False
         self.kill_at: float | None = None
         self.killed = False
@@ -159,7 +161,8 @@ class Watcher:
             self.meeting = Meeting(self.opts.shared_dir, self.node, job.key)
             self.meeting.heartbeat(force=True)
         self.event("start", f"watching {job.describe()}; hang after {self.opts.hang_after:g}s"
-                   + ("" if self.pyspy_exe else "; py-spy not found: no stack samples"),
+                   + ("" if self.pyspy_exe else "; py-spy not found: stack samples only from "
+                      "the fallbacks (docs/watch.md)"),
                    job=job.key, launcher_pid=job.launcher_pid,
                    ranks={w.key: w.pid for w in self.workers.values()},
                    logs=list(self.tail.sizes), hang_after=self.opts.hang_after,
@@ -172,7 +175,8 @@ class Watcher:
             if m.role != "worker":
                 continue
             rank = m.rank if m.rank is not None else m.spawn_index
-            workers[m.pid] = Worker(m.pid, f"rank {rank}" if rank is not None else f"pid {m.pid}")
+            workers[m.pid] = Worker(m.pid, f"rank {rank}" if rank is not None else f"pid {m.pid}",
+                                    procs.read_environ(m.pid)[0])
         self.workers = workers
         agent = job.launcher_pid if job.launcher == "torchrun" else None
         for path in probe.job_log_files(list(job.pids), agent):
@@ -219,7 +223,7 @@ class Watcher:
             if result is not None:
                 return result
             return None
-        if self.workers and self.pyspy_exe is not None and det.sample_due(now):
+        if self.workers and det.sample_due(now):
             self._sample(now)
         status = det.status(time.monotonic())
         self._report(status)
@@ -234,12 +238,36 @@ class Watcher:
         assert self.detector is not None
         pids = list(self.workers)
         samples = dict(zip(pids, self.pool.map(
-            lambda pid: probe.sample(self.pyspy_exe, pid, self.opts.step_timeout_s), pids),
+            lambda pid: probe.sample(self.pyspy_exe, pid, self.opts.step_timeout_s,
+                                     self.workers[pid].env), pids),
             strict=True))
         self.rounds.append((time.time(), {pid: s.raw for pid, s in samples.items() if s.raw}))
+        self._own_output(now, samples)
         moved = self.detector.stacks(now, samples)
         self.event("sample", None, moved=[t.key for t in moved],
                    where={self.workers[p].key: s.where or s.status for p, s in samples.items()})
+
+    def _own_output(self, now: float, samples: dict[int, probe.Sample]) -> None:
+        """A faulthandler sample writes its dump into the job's log: that growth is ours, not
+        the job's progress. The followed sizes move past it; the job's own lines that landed in
+        the same window still count."""
+        assert self.detector is not None
+        foreign = 0
+        # in the order the dumps were written (one at a time), so one rank's dump is not
+        # taken for the job's output before the next one
+        for w in sorted((w for s in samples.values() for w in s.written),
+                        key=lambda w: (w.path, w.start)):
+            unseen = self.tail.skip(w.path, w.start, w.end)
+            if unseen is not None:
+                foreign += unseen + w.foreign
+        if foreign:
+            self.detector.logs(now, foreign)
+        alt = next((s for s in samples.values() if s.source != "py-spy"), None)
+        if alt is not None and not self.fallback_noted:
+            self.fallback_noted = True
+            self.event("fallback", f"stack samples not from py-spy: {alt.note}",
+                       source=alt.source, ranks=[self.workers[p].key for p, s in samples.items()
+                                                 if s.source != "py-spy"])
 
     def _report(self, st: Status) -> None:
         if st.fallback:
@@ -253,7 +281,7 @@ class Watcher:
                 if self.detector else {}
             self.event("hang", f"HANG: {st.reason}", reason=st.reason, where=where)
             for key, w in sorted(where.items()):
-                self.echo(f"    {key}: {w}")
+                self.echo(f"    {key}: {w or 'stack unknown'}")
             self._on_hang(st.reason)
 
     # -- hang -------------------------------------------------------------------------------

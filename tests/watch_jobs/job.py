@@ -4,6 +4,9 @@ Run under torchrun (RANK from the environment) or with ``--spawn N`` (torch.mult
 Each rank prints ``step=N rank=R`` per step and ``HANG_START rank=R t=<epoch>`` when it enters
 the failure (the tests measure detection latency from there; the watcher never reads it).
 
+``--faulthandler``: every rank registers ``faulthandler`` on SIGUSR1 (all threads, to stderr),
+the way a job makes its stacks readable when py-spy cannot read them (the fallback tests).
+
 Modes:
   dataloader  rank 1 blocks in its DataLoader's ``__getitem__``; the others wait in all_reduce
   barrier0    rank 0 alone calls ``dist.barrier()``; the others go on to the next all_reduce
@@ -19,9 +22,15 @@ Modes:
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
+import signal
+import sys
 import time
 from datetime import timedelta
+
+if "--faulthandler" in sys.argv:  # before the slow imports: the watcher may sample at once
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 import torch
 import torch.distributed as dist
@@ -117,11 +126,12 @@ def main() -> None:
     parser.add_argument("--spawn", type=int, default=0, help="mp.spawn this many ranks")
     parser.add_argument("--quiet-s", type=float, default=6.0)
     parser.add_argument("--duration", type=float, default=300.0)
+    parser.add_argument("--faulthandler", action="store_true")
     args = parser.parse_args()
     if args.spawn:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        torch.multiprocessing.spawn(_spawned, args=(args.spawn, args.mode, args.quiet_s, args.duration),
-                                    nprocs=args.spawn)
+        torch.multiprocessing.spawn(_spawned, args=(args.spawn, args.mode, args.quiet_s,
+                                                    args.duration), nprocs=args.spawn)
     else:
         train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args.mode, args.quiet_s,
               args.duration)

@@ -31,6 +31,9 @@ Depends on the kind (each finding carries its own):
   with `--redirects 3` or `--tee 3`, or shell redirection).
 - `log_not_collected`: fix the file's permissions or pass it with `--logs`.
 - `pyspy_missing`: `pip install py-spy` where collect runs.
+- `stack_fallback`: py-spy failed and the stacks were taken another way (the job's
+  faulthandler, or `python -m profiling.sampling` on 3.15+): no idle flags or native frames;
+  fix what the detail says py-spy hit (permissions, its Python version support).
 - `tar`: the bundle directory is complete: archive it yourself (`tar czf`) or raise `--deadline`.
 - `refused_unreadable_by_job_owner`: collect ran with more privilege than the job and did not
   copy what the job's own user may not read (a path the job named, or `--logs`); if the file
@@ -92,6 +95,11 @@ KINDS: dict[str, tuple[str, str, Severity]] = {
     "pyspy_missing": (
         "found no py-spy: no stack dumps at all",
         "pip install py-spy where collect runs.", "warning"),
+    "stack_fallback": (
+        "took the stacks of {n} process(es) without py-spy: {detail}",
+        "The stacks are real but thinner than py-spy's (no idle flags, no native frames, "
+        "function names without their class). Fix what py-spy hit (ptrace permission, a "
+        "Python version it does not read yet) to get its dumps again.", "info"),
     "tar": (
         "wrote no tarball ({detail})",
         "The bundle directory is complete: archive it yourself (tar czf) or raise --deadline.",
