@@ -22,7 +22,10 @@ from typing import Any
 
 import httpx
 
-TOKEN = "test-token-0123456789"
+TOKEN = "test-token-0123456789"  # the project "default"
+#: A second project's token: it must never see the first's incidents unless shared.
+TOKEN_B = "beta-token-9876543210"
+PROJECT_B = "beta"
 PG_BIN_DIRS = ["/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin",
                "/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/14/bin"]
 
@@ -70,7 +73,8 @@ class Server:
     def start(self, *extra: str, env: dict[str, str] | None = None) -> Server:
         self.port = free_port()
         cmd = [sys.executable, "-m", "ddp_autopsy", "serve", "--data", str(self.data),
-               "--port", str(self.port), "--token", TOKEN, "--log-level", "warning",
+               "--port", str(self.port), "--token", TOKEN, "--token", f"{PROJECT_B}:{TOKEN_B}",
+               "--log-level", "warning",
                *self.args, *extra]
         if self.db:
             cmd += ["--db", self.db]
@@ -98,25 +102,34 @@ class Server:
         self.proc.kill()
         self.proc.wait()
 
-    def client(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=60)
+    def client(self, token: str | None = TOKEN) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=60, headers=auth(token))
+
+    def get(self, path: str, token: str | None = TOKEN, **kw: Any) -> httpx.Response:
+        """GET a path of this server as the token's project (None: anonymously)."""
+        return httpx.get(self.url + path, headers=auth(token), timeout=60, **kw)
 
     def upload(self, body: bytes | Path, name: str, token: str | None = TOKEN) -> httpx.Response:
         data = body.read_bytes() if isinstance(body, Path) else body
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.post(f"{self.url}/api/v1/uploads", params={"name": name}, content=data,
-                          headers=headers, timeout=120)
+                          headers=auth(token), timeout=120)
 
-    def wait_analysed(self, incident: str, timeout: float = 90.0) -> dict[str, Any]:
+    def wait_analysed(self, incident: str, timeout: float = 90.0, token: str = TOKEN
+                      ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         last: dict[str, Any] = {}
         while time.monotonic() < deadline:
-            last = httpx.get(f"{self.url}/api/v1/incidents/{incident}", timeout=10).json()
+            last = httpx.get(f"{self.url}/api/v1/incidents/{incident}", timeout=10,
+                             headers=auth(token)).json()
             if last.get("status") in ("done", "error") and not last.get("pending"):
                 return last
             time.sleep(0.2)
         raise AssertionError(f"incident {incident} not analysed in {timeout} s: {last}\n"
                              + self.log.read_text(errors="replace")[-3000:])
+
+
+def auth(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 def pg_bin() -> Path | None:

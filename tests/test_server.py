@@ -207,19 +207,19 @@ def test_three_hung_jobs_get_stable_permalinks(server: sh.Server, hung: dict[str
     assert r.returncode == 0, r.stderr
     again = json.loads(r.stdout)[0]
     assert again["incident"] == ids["eval_a"] and again["duplicate"] is True
-    listed = httpx.get(f"{server.url}/api/v1/incidents").json()["incidents"]
+    listed = server.get("/api/v1/incidents").json()["incidents"]
     assert sorted(i["id"] for i in listed) == sorted(ids.values())
     # The permalink serves the incident page and the post-mortem; the raw bundle downloads.
-    page = httpx.get(server.url + uploaded["eval_a"]["permalink"])
+    page = server.get(uploaded["eval_a"]["permalink"])
     assert page.status_code == 200 and "evaluate" in page.text
-    report = httpx.get(f"{server.url}/i/{ids['eval_a']}/report")
+    report = server.get(f"/i/{ids['eval_a']}/report")
     assert report.status_code == 200 and "never reached the collective" in report.text
     assert "sandbox" in report.headers["content-security-policy"]
-    analysis = httpx.get(f"{server.url}/api/v1/incidents/{ids['eval_a']}/analysis").json()
+    analysis = server.get(f"/api/v1/incidents/{ids['eval_a']}/analysis").json()
     assert analysis["schema"] == "ddp-autopsy/analysis/1"
     assert analysis["verdict"]["details"]["frame"] == "evaluate"
     sha = uploaded["eval_a"]["sha256"]
-    raw = httpx.get(f"{server.url}/api/v1/uploads/{sha}/raw")
+    raw = server.get(f"/api/v1/uploads/{sha}/raw")
     with tarfile.open(fileobj=io.BytesIO(raw.content)) as tar:
         assert any(n.endswith("/manifest.json") for n in tar.getnames())
 
@@ -227,12 +227,12 @@ def test_three_hung_jobs_get_stable_permalinks(server: sh.Server, hung: dict[str
 @HUNG
 def test_groups_count_repeats_of_one_failure(server: sh.Server,
                                              uploaded: dict[str, dict[str, Any]]) -> None:
-    groups = httpx.get(f"{server.url}/api/v1/groups").json()["groups"]
+    groups = server.get("/api/v1/groups").json()["groups"]
     assert sorted(g["count"] for g in groups) == [1, 2]
     two = next(g for g in groups if g["count"] == 2)
     assert two["cause"] == "rank_stuck_outside_collective" and two["rule"] == "COLL002"
     assert "evaluate" in two["template"]
-    detail = httpx.get(f"{server.url}/api/v1/groups/{two['id']}").json()
+    detail = server.get(f"/api/v1/groups/{two['id']}").json()
     assert {i["id"] for i in detail["incidents"]} == {uploaded["eval_a"]["incident"],
                                                       uploaded["eval_b"]["incident"]}
     assert all("evaluate" in i["matched"] for i in detail["incidents"])  # why they were grouped
@@ -246,14 +246,14 @@ def test_groups_count_repeats_of_one_failure(server: sh.Server,
     r = httpx.put(f"{server.url}/api/v1/groups/{two['id']}/note", json=note,
                   headers={"Authorization": f"Bearer {sh.TOKEN}"})
     assert r.status_code == 200
-    page = httpx.get(f"{server.url}/groups/{two['id']}").text
+    page = server.get(f"/groups/{two['id']}").text
     assert "fixed by moving evaluation" in page and uploaded["eval_b"]["incident"] in page
 
 
 @HUNG
 def test_new_groups_call_the_webhook(backend: Backend, server: sh.Server, hooks: Hooks,
                                      uploaded: dict[str, dict[str, Any]]) -> None:
-    groups = {g["id"] for g in httpx.get(f"{server.url}/api/v1/groups").json()["groups"]}
+    groups = {g["id"] for g in server.get("/api/v1/groups").json()["groups"]}
     deadline = time.monotonic() + 15  # the hook is called after the analysis is recorded
     while not groups <= {p["group"] for p in hooks.posts(f"/hook/{backend.name}")}:
         assert time.monotonic() < deadline, (groups, hooks.received)
@@ -268,7 +268,7 @@ def test_new_groups_call_the_webhook(backend: Backend, server: sh.Server, hooks:
 
 
 def _ids(server: sh.Server, **params: Any) -> set[str]:
-    r = httpx.get(f"{server.url}/api/v1/incidents", params=params)
+    r = server.get("/api/v1/incidents", params=params)
     assert r.status_code == 200, r.text
     return {i["id"] for i in r.json()["incidents"]}
 
@@ -290,13 +290,13 @@ def test_search_by_rank_host_text_and_filters(server: sh.Server,
     today = time.strftime("%Y-%m-%d", time.gmtime())
     assert _ids(server, since=today) == {ea, eb, ld}
     assert _ids(server, until="2000-01-01") == set()
-    listed = httpx.get(f"{server.url}/api/v1/incidents").json()["incidents"]
+    listed = server.get("/api/v1/incidents").json()["incidents"]
     assert [i["created_at"] for i in listed] == sorted((i["created_at"] for i in listed),
                                                        reverse=True)  # newest first
-    bad = httpx.get(f"{server.url}/api/v1/incidents", params={"rank": "x"})
+    bad = server.get("/api/v1/incidents", params={"rank": "x"})
     assert bad.status_code == 422 and "rank" in bad.json()["error"]["message"]
     # The list page applies the same filters.
-    page = httpx.get(f"{server.url}/", params={"rank": 2}).text
+    page = server.get("/", params={"rank": 2}).text
     assert ld in page and ea not in page
 
 
@@ -304,7 +304,7 @@ def test_search_by_rank_host_text_and_filters(server: sh.Server,
 def test_reanalysis_keeps_the_old_result(server: sh.Server,
                                          uploaded: dict[str, dict[str, Any]]) -> None:
     iid = uploaded["loader"]["incident"]
-    before = httpx.get(f"{server.url}/api/v1/incidents/{iid}").json()
+    before = server.get(f"/api/v1/incidents/{iid}").json()
     assert httpx.post(f"{server.url}/api/v1/incidents/{iid}/reanalyze").status_code == 401
     r = httpx.post(f"{server.url}/api/v1/incidents/{iid}/reanalyze",
                    headers={"Authorization": f"Bearer {sh.TOKEN}"})
@@ -317,7 +317,7 @@ def test_reanalysis_keeps_the_old_result(server: sh.Server,
             break
         time.sleep(0.2)
     assert after["analysis_id"] != before["analysis_id"]
-    old = httpx.get(f"{server.url}/api/v1/incidents/{iid}/analysis",
+    old = server.get(f"/api/v1/incidents/{iid}/analysis",
                     params={"analysis": before["analysis_id"]})
     assert old.status_code == 200 and old.json()["verdict"]["ranks"] == [2]
     assert after["group_id"] == before["group_id"]
@@ -375,11 +375,11 @@ def test_hostile_uploads_are_refused_cleanly(server: sh.Server, kind: str) -> No
         body, status, words = b"", 400, "empty"
     assert len(body) < 2 << 20  # what is sent stays small; the limit is on what it expands to
     deadline = time.monotonic() + 60  # earlier tests' analyses write their results first
-    while httpx.get(f"{server.url}/healthz").json()["jobs_pending"]:
+    while server.get("/healthz").json()["jobs_pending"]:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     before = _files_under(server.data)
-    n_before = len(httpx.get(f"{server.url}/api/v1/incidents").json()["incidents"])
+    n_before = len(server.get("/api/v1/incidents").json()["incidents"])
     r = server.upload(body, f"{kind}.tar.gz")
     assert r.status_code == status, r.text
     err = r.json()["error"]
@@ -388,11 +388,11 @@ def test_hostile_uploads_are_refused_cleanly(server: sh.Server, kind: str) -> No
     new = {p for p in _files_under(server.data) - before
            if not p.name.startswith("index.sqlite3")}
     assert new == set()
-    assert len(httpx.get(f"{server.url}/api/v1/incidents").json()["incidents"]) == n_before
+    assert len(server.get("/api/v1/incidents").json()["incidents"]) == n_before
     for d in (server.data, server.data.parent, server.data.parent.parent, Path.cwd(),
               Path("/tmp")):
         assert not (d / "escaped-by-ddpa-test.txt").exists()
-    assert httpx.get(f"{server.url}/healthz").status_code == 200
+    assert server.get("/healthz").status_code == 200
 
 
 def test_too_many_files_are_refused(server: sh.Server) -> None:
@@ -424,11 +424,11 @@ def test_planted_markup_stays_inert(server: sh.Server, probe: dict[str, Any]) ->
     assert "onerror=alert(2)" in probe["job_name"]  # the job name really carries markup
     for url in ("/", f"/i/{iid}", "/groups", f"/groups/{probe['group_id']}",
                 f"/?job={PROBE}"):
-        page = httpx.get(server.url + url)
+        page = server.get(url)
         assert page.status_code == 200
         assert PROBE not in page.text and "<script>alert" not in page.text
         assert "script-src" not in page.headers["content-security-policy"]  # no script at all
-    page = httpx.get(f"{server.url}/i/{iid}").text
+    page = server.get(f"/i/{iid}").text
     assert "&lt;script&gt;alert(" in page  # shown, as text
 
 
@@ -510,7 +510,7 @@ def test_killed_mid_analysis_loses_nothing(backend: Backend) -> None:
         assert r.status_code == 201, r.text
         iid = r.json()["incident"]
         deadline = time.monotonic() + 30
-        while httpx.get(f"{first.url}/api/v1/incidents/{iid}").json()["status"] != "running":
+        while first.get(f"/api/v1/incidents/{iid}").json()["status"] != "running":
             assert time.monotonic() < deadline, "the analysis never started"
             time.sleep(0.05)
     finally:
@@ -520,7 +520,7 @@ def test_killed_mid_analysis_loses_nothing(backend: Backend) -> None:
         inc = second.wait_analysed(iid, timeout=60)
         assert inc["status"] == "done" and inc["cause"] == "job_terminated"
         assert len(inc["uploads_list"]) == 1
-        raw = httpx.get(second.url + inc["uploads_list"][0]["raw"]).content
+        raw = second.get(inc["uploads_list"][0]["raw"]).content
         assert raw == (CORPUS / "pt-001" / "train.log").read_bytes()
     finally:
         second.stop()
@@ -541,7 +541,7 @@ def test_two_processes_share_one_database(backend: Backend, server: sh.Server) -
             inc = b.wait_analysed(iid)
             assert inc["status"] == "done"
             assert len(inc["analyses"]) == 1  # claimed by exactly one worker
-        assert {i["id"] for i in httpx.get(f"{a.url}/api/v1/incidents").json()["incidents"]} \
+        assert {i["id"] for i in a.get("/api/v1/incidents").json()["incidents"]} \
             >= set(ids)
         # b took two writes; its limit is three a minute per client.
         assert b.upload(logs[1], "again.log").status_code == 200
@@ -576,46 +576,15 @@ def test_nodes_of_one_job_join_one_incident(server: sh.Server) -> None:
 def test_migrations_are_versioned(server: sh.Server) -> None:
     from ddp_autopsy.server.db import SCHEMA_VERSION
 
-    health = httpx.get(f"{server.url}/healthz").json()
-    assert health["schema"] == SCHEMA_VERSION == 2 and health["ok"] is True
-
-
-def test_a_version_1_index_is_migrated(tmp_path: Path) -> None:
-    """An index made by schema version 1 gets v2's group counters (backfilled) and text index."""
-    import sqlalchemy as sa
-
-    from ddp_autopsy.server import db
-
-    database = db.Database(f"sqlite:///{tmp_path / 'old.sqlite3'}")
-    with database.write() as conn:  # what a version-1 server left behind
-        db.migrations_t.create(conn)
-        db.MIGRATIONS[0][1](conn)
-        conn.execute(db.migrations_t.insert().values(version=1, applied_at=0))
-        conn.execute(db._groups_v1.insert().values(id="g1", version=1, cause="rank_crashed",
-                                                   rule="CRASH001", template="t", created_at=0))
-        conn.execute(db.incidents.insert(), [
-            {"id": f"i{k}", "created_at": 100 + k, "updated_at": 0, "status": "done",
-             "group_id": "g1", "uploads": 1, "evidence": f"[rank{k}]: OutOfMemoryError"}
-            for k in range(3)])
-    assert database.migrate() == 2
-    with database.read() as conn:
-        g = conn.execute(sa.select(db.groups)).mappings().one()
-        assert (g["n"], g["first_seen"], g["last_seen"]) == (3, 100, 102)
-        from ddp_autopsy.server import queries
-
-        rows, _ = queries.list_incidents(conn, queries.Filters(q="outofmemory"))
-        assert len(rows) == 3 and db.has_text_index(conn)
-        rows, _ = queries.list_incidents(conn, queries.Filters(q="rank1]"))
-        assert [r["id"] for r in rows] == ["i1"]
-    assert database.migrate() == 2  # idempotent
-    database.dispose()
+    health = server.get("/healthz").json()
+    assert health["schema"] == SCHEMA_VERSION == 3 and health["ok"] is True
 
 
 def test_errors_are_json(server: sh.Server) -> None:
     for method, url in [("GET", "/i/nope"), ("GET", "/api/v1/incidents/nope"),
                         ("GET", "/groups/nope"), ("GET", "/api/v1/uploads/abc/raw"),
                         ("GET", "/api/v1/incidents?page=0"), ("GET", "/?since=yesterday")]:
-        r = httpx.request(method, server.url + url)
+        r = httpx.request(method, server.url + url, headers=sh.auth(sh.TOKEN))
         assert r.status_code in (404, 422), (url, r.status_code)
         assert r.json()["error"]["status"] == r.status_code
 
@@ -626,7 +595,7 @@ def test_upload_cli_reports_a_missing_path(server: sh.Server, tmp_path: Path) ->
 
 
 def test_openapi_documents_the_api(server: sh.Server) -> None:
-    spec = httpx.get(f"{server.url}/openapi.json").json()
+    spec = server.get("/openapi.json").json()
     for path in ("/api/v1/uploads", "/api/v1/incidents", "/api/v1/incidents/{incident_id}",
                  "/api/v1/groups", "/api/v1/groups/{group_id}/note"):
         assert path in spec["paths"]

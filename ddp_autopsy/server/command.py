@@ -35,8 +35,10 @@ def _need_server_deps() -> None:
               help="Blob store: a directory or s3://bucket/prefix; default --data/blobs.")
 @click.option("--s3-endpoint", envvar="DDP_AUTOPSY_S3_ENDPOINT", default=None,
               help="Endpoint of an S3-compatible store (MinIO, Ceph, ...).")
-@click.option("--token", "tokens", multiple=True,
-              help="Token allowed to upload (repeat; also DDP_AUTOPSY_TOKEN, comma-separated).")
+@click.option("--token", "tokens", multiple=True, metavar="[PROJECT:]TOKEN",
+              help="A token and its project (repeat; also DDP_AUTOPSY_TOKEN, comma-separated). "
+                   "A token reads and writes its project's incidents; a bare token belongs to "
+                   "the project 'default'.")
 @click.option("--workers", default=2, show_default=True, type=click.IntRange(1, 64),
               help="Analyses run at once by this process.")
 @click.option("--max-upload-mb", default=2048, show_default=True, type=click.IntRange(1))
@@ -52,8 +54,10 @@ def _need_server_deps() -> None:
 @click.option("--public-url", envvar="DDP_AUTOPSY_PUBLIC_URL", default=None,
               help="This server's address as users reach it (links in webhooks).")
 @click.option("--new-token", "new_token", metavar="NAME", default=None,
-              help="Make an upload token named NAME in the index (only its hash is kept), "
-                   "print it and exit.")
+              help="Make a token named NAME for --project in the index (only its hash is "
+                   "kept), print it and exit.")
+@click.option("--project", default="default", show_default=True,
+              help="The project of the token --new-token makes.")
 @click.option("--reanalyze", is_flag=True,
               help="Queue a new analysis of every incident (old ones are kept), then serve.")
 @click.option("--log-level", default="warning", show_default=True,
@@ -62,8 +66,8 @@ def serve_command(data: Path, host: str, port: int, db_url: str | None, store_ur
                   s3_endpoint: str | None, tokens: tuple[str, ...], workers: int,
                   max_upload_mb: int, max_expanded_mb: int, max_files: int,
                   writes_per_minute: int, lease_s: float, webhook: str | None,
-                  public_url: str | None, new_token: str | None, reanalyze: bool,
-                  log_level: str) -> None:
+                  public_url: str | None, new_token: str | None, project: str,
+                  reanalyze: bool, log_level: str) -> None:
     """Run the post-mortem service: upload bundles and logs, browse incidents and groups.
 
     One command for a local server (SQLite and a blob directory under --data); PostgreSQL
@@ -76,17 +80,31 @@ def serve_command(data: Path, host: str, port: int, db_url: str | None, store_ur
     import uvicorn
 
     from ddp_autopsy.server.app import create_app
-    from ddp_autopsy.server.config import MB, Limits, Settings, default_db_url, tokens_from
+    from ddp_autopsy.server.config import (
+        MB,
+        PROJECT_RE,
+        Limits,
+        Settings,
+        default_db_url,
+        tokens_from,
+    )
     from ddp_autopsy.server.db import Database
 
     try:
         data.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise click.UsageError(f"--data {data}: {err.strerror or err}") from err
-    found = tokens_from(tokens)
-    if not found:
-        click.echo("ddp-autopsy serve: no --token (or DDP_AUTOPSY_TOKEN): uploads will be "
-                   "refused until a token is set", err=True)
+    try:
+        found = tokens_from(tokens)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+    if not PROJECT_RE.match(project):
+        raise click.UsageError(f"--project {project!r}: letters, digits, '.', '_' and '-', "
+                               "at most 64")
+    if not found and new_token is None:
+        click.echo("ddp-autopsy serve: no --token (or DDP_AUTOPSY_TOKEN): every request but "
+                   "/healthz will be refused until a token is set (--new-token makes one)",
+                   err=True)
     settings = Settings(
         data=data.resolve(), db_url=db_url or default_db_url(data),
         store_url=store_url or "", tokens=found, s3_endpoint=s3_endpoint, workers=workers,
@@ -96,7 +114,7 @@ def serve_command(data: Path, host: str, port: int, db_url: str | None, store_ur
         hold_s=float(os.environ.get("DDP_AUTOPSY_SERVE_TEST_HOLD_S", "0") or 0),
         webhook=webhook, public_url=(public_url or f"http://{host}:{port}").rstrip("/"))
     if new_token is not None:
-        _make_token(settings.db_url, new_token)
+        _make_token(settings.db_url, new_token, project)
         return
     if reanalyze:
         from ddp_autopsy.server.service import reanalyze as queue_all
@@ -119,7 +137,7 @@ def serve_command(data: Path, host: str, port: int, db_url: str | None, store_ur
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 
-def _make_token(db_url: str, name: str) -> None:
+def _make_token(db_url: str, name: str, project: str) -> None:
     import hashlib
     import secrets
     import time
@@ -135,7 +153,7 @@ def _make_token(db_url: str, name: str) -> None:
         with database.write() as conn:
             conn.execute(t.tokens.insert().values(
                 sha256=hashlib.sha256(token.encode()).hexdigest(), name=name.strip(),
-                created_at=time.time()))
+                project=project, created_at=time.time()))
     except Exception as err:
         raise click.ClickException(f"--new-token: {err}") from err
     finally:

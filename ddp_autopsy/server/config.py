@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,8 @@ class Settings:
     data: Path
     db_url: str
     store_url: str
-    tokens: frozenset[str]
+    #: (token, project) pairs from the command line; tokens in the index carry their own.
+    tokens: frozenset[tuple[str, str]]
     s3_endpoint: str | None = None
     workers: int = 2
     #: Seconds a claimed analysis job stays ours without a heartbeat (a killed server's jobs
@@ -58,8 +60,26 @@ def default_db_url(data: Path) -> str:
     return f"sqlite:///{(data / 'index.sqlite3').resolve()}"
 
 
-def tokens_from(values: tuple[str, ...] | list[str]) -> frozenset[str]:
-    """Tokens from ``--token`` options and ``DDP_AUTOPSY_TOKEN`` (comma-separated)."""
+DEFAULT_PROJECT = "default"
+#: A project's name: what ``--token PROJECT:TOKEN``, ``--project`` and a share accept.
+PROJECT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def project_token(value: str) -> tuple[str, str]:
+    """``PROJECT:TOKEN`` -> (token, project); a bare token (no ``:``) is the default project's.
+
+    A token that itself holds ``:`` is given with its project: ``default:a:b``."""
+    project, sep, token = value.partition(":")
+    if not sep:
+        return value, DEFAULT_PROJECT
+    if not PROJECT_RE.match(project) or not token:
+        raise ValueError(f"--token {project}:...: not PROJECT:TOKEN (a project is letters, "
+                         "digits, '.', '_' and '-', at most 64)")
+    return token, project
+
+
+def tokens_from(values: tuple[str, ...] | list[str]) -> frozenset[tuple[str, str]]:
+    """(token, project) from ``--token`` options and ``DDP_AUTOPSY_TOKEN`` (comma-separated)."""
     found = [t.strip() for v in values for t in v.split(",")]
     found += [t.strip() for t in os.environ.get("DDP_AUTOPSY_TOKEN", "").split(",")]
-    return frozenset(t for t in found if t)
+    return frozenset(project_token(t) for t in found if t)

@@ -4,6 +4,10 @@ Nothing that matters lives in a server process: uploads, incidents, analyses, gr
 job queue are rows, so several processes can serve one database. A worker claims a job with
 ``SELECT ... FOR UPDATE SKIP LOCKED`` (PostgreSQL) or one atomic ``UPDATE`` (SQLite) and holds
 it by a lease it renews; a job whose lease ran out (its server was killed) is claimed again.
+
+Every upload, incident and token belongs to a project (schema v3); an incident is seen by its
+project and by the projects it is shared with (``shares``). A group (a fingerprint) is global,
+but its counters (``group_stats``) and notes (``group_notes``) are kept per project.
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
+from ddp_autopsy.server import config
+
 meta = sa.MetaData()
+#: Version 1's tables, as it made them (its migration must keep making exactly these).
+_meta_v1 = sa.MetaData()
+
+#: The project of every row made before projects existed, and of a bare ``--token``.
+DEFAULT_PROJECT = config.DEFAULT_PROJECT
+#: A share with this project name shares an incident with every project.
+EVERY_PROJECT = "*"
 
 
 def _group_columns() -> list[sa.Column[Any]]:
@@ -37,50 +50,84 @@ migrations_t = sa.Table(
     sa.Column("applied_at", sa.Float, nullable=False),
 )
 
-uploads = sa.Table(
-    "uploads", meta,
-    sa.Column("sha256", sa.String(64), primary_key=True),
-    sa.Column("incident_id", sa.String(32), nullable=False, index=True),
-    sa.Column("name", sa.String(200), nullable=False),
-    sa.Column("kind", sa.String(16), nullable=False),  # tar.gz, zip, log, log.gz, ...
-    sa.Column("size", sa.BigInteger, nullable=False),
-    sa.Column("expanded", sa.BigInteger, nullable=False),
-    sa.Column("files", sa.Integer, nullable=False),
-    sa.Column("blob_key", sa.String(300), nullable=False),
-    sa.Column("job_key", sa.String(300)),
-    sa.Column("host", sa.String(300)),
-    sa.Column("client", sa.String(100)),
-    sa.Column("created_at", sa.Float, nullable=False),
-)
+def _project(v1: bool) -> list[sa.Column[Any]]:
+    if v1:
+        return []
+    return [sa.Column("project", sa.String(64), nullable=False,
+                      server_default=DEFAULT_PROJECT)]
 
-job_keys = sa.Table(
-    "job_keys", meta,
-    sa.Column("join_key", sa.String(300), primary_key=True),
-    sa.Column("incident_id", sa.String(32), nullable=False),
-    sa.Column("created_at", sa.Float, nullable=False),
-)
 
-incidents = sa.Table(
-    "incidents", meta,
-    sa.Column("id", sa.String(32), primary_key=True),
-    sa.Column("created_at", sa.Float, nullable=False, index=True),
-    sa.Column("updated_at", sa.Float, nullable=False),
-    sa.Column("status", sa.String(16), nullable=False),  # queued running done error
-    sa.Column("error", sa.Text),
-    sa.Column("job_key", sa.String(300), index=True),
-    sa.Column("job_name", sa.String(300), index=True),
-    sa.Column("user_name", sa.String(100)),
-    sa.Column("cause", sa.String(64), index=True),
-    sa.Column("rule", sa.String(16), index=True),
-    sa.Column("summary", sa.Text),
-    #: ",0,3," — culprit ranks, and every host, delimited for exact LIKE matches.
-    sa.Column("culprit_ranks", sa.String(2000)),
-    sa.Column("hosts", sa.Text),
-    sa.Column("evidence", sa.Text),
-    sa.Column("group_id", sa.String(32), index=True),
-    sa.Column("analysis_id", sa.Integer),
-    sa.Column("uploads", sa.Integer, nullable=False, default=1),
-)
+def _uploads(m: sa.MetaData, v1: bool) -> sa.Table:
+    # v3: the same bytes uploaded by two projects are two uploads (and two incidents).
+    return sa.Table(
+        "uploads", m,
+        *_project(v1),
+        sa.Column("sha256", sa.String(64), primary_key=v1),
+        sa.Column("incident_id", sa.String(32), nullable=False, index=True),
+        sa.Column("name", sa.String(200), nullable=False),
+        sa.Column("kind", sa.String(16), nullable=False),  # tar.gz, zip, log, log.gz, ...
+        sa.Column("size", sa.BigInteger, nullable=False),
+        sa.Column("expanded", sa.BigInteger, nullable=False),
+        sa.Column("files", sa.Integer, nullable=False),
+        sa.Column("blob_key", sa.String(300), nullable=False),
+        sa.Column("job_key", sa.String(300)),
+        sa.Column("host", sa.String(300)),
+        sa.Column("client", sa.String(100)),
+        sa.Column("created_at", sa.Float, nullable=False),
+        *([] if v1 else [sa.PrimaryKeyConstraint("project", "sha256")]),
+    )
+
+
+def _job_keys(m: sa.MetaData, v1: bool) -> sa.Table:
+    return sa.Table(
+        "job_keys", m,
+        *_project(v1),
+        sa.Column("join_key", sa.String(300), primary_key=v1),
+        sa.Column("incident_id", sa.String(32), nullable=False),
+        sa.Column("created_at", sa.Float, nullable=False),
+        *([] if v1 else [sa.PrimaryKeyConstraint("project", "join_key")]),
+    )
+
+
+def _incidents(m: sa.MetaData, v1: bool) -> sa.Table:
+    return sa.Table(
+        "incidents", m,
+        sa.Column("id", sa.String(32), primary_key=True),
+        sa.Column("created_at", sa.Float, nullable=False, index=True),
+        sa.Column("updated_at", sa.Float, nullable=False),
+        sa.Column("status", sa.String(16), nullable=False),  # queued running done error
+        sa.Column("error", sa.Text),
+        sa.Column("job_key", sa.String(300), index=True),
+        sa.Column("job_name", sa.String(300), index=True),
+        sa.Column("user_name", sa.String(100)),
+        sa.Column("cause", sa.String(64), index=True),
+        sa.Column("rule", sa.String(16), index=True),
+        sa.Column("summary", sa.Text),
+        #: ",0,3," — culprit ranks, and every host, delimited for exact LIKE matches.
+        sa.Column("culprit_ranks", sa.String(2000)),
+        sa.Column("hosts", sa.Text),
+        sa.Column("evidence", sa.Text),
+        sa.Column("group_id", sa.String(32), index=True),
+        sa.Column("analysis_id", sa.Integer),
+        sa.Column("uploads", sa.Integer, nullable=False, default=1),
+        *_project(v1),  # v3: added last (ALTER TABLE ... ADD COLUMN)
+        *([] if v1 else [sa.Index("ix_incidents_project_created", "project", "created_at")]),
+    )
+
+
+def _tokens(m: sa.MetaData, v1: bool) -> sa.Table:
+    return sa.Table(
+        "tokens", m,
+        sa.Column("sha256", sa.String(64), primary_key=True),  # of the token, never the token
+        sa.Column("name", sa.String(100), nullable=False),
+        sa.Column("created_at", sa.Float, nullable=False),
+        *_project(v1),
+    )
+
+
+uploads = _uploads(meta, v1=False)
+job_keys = _job_keys(meta, v1=False)
+incidents = _incidents(meta, v1=False)
 
 analyses = sa.Table(
     "analyses", meta,
@@ -126,11 +173,32 @@ jobs = sa.Table(
     sa.Index("ix_jobs_state_id", "state", "id"),
 )
 
-tokens = sa.Table(
-    "tokens", meta,
-    sa.Column("sha256", sa.String(64), primary_key=True),  # of the token, never the token
-    sa.Column("name", sa.String(100), nullable=False),
+tokens = _tokens(meta, v1=False)
+
+shares = sa.Table(
+    "shares", meta,
+    sa.Column("incident_id", sa.String(32), primary_key=True),
+    sa.Column("project", sa.String(64), primary_key=True),  # or EVERY_PROJECT
     sa.Column("created_at", sa.Float, nullable=False),
+    sa.Index("ix_shares_project", "project"),
+)
+
+group_stats = sa.Table(
+    "group_stats", meta,
+    sa.Column("group_id", sa.String(32), primary_key=True),
+    sa.Column("project", sa.String(64), primary_key=True),
+    sa.Column("n", sa.Integer, nullable=False, default=0),
+    sa.Column("first_seen", sa.Float),
+    sa.Column("last_seen", sa.Float),
+    sa.Index("ix_group_stats_project_last", "project", "last_seen"),
+)
+
+group_notes = sa.Table(
+    "group_notes", meta,
+    sa.Column("group_id", sa.String(32), primary_key=True),
+    sa.Column("project", sa.String(64), primary_key=True),
+    sa.Column("note", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
 )
 
 #: Attempts before a job that keeps killing its server (or failing) is given up.
@@ -141,8 +209,13 @@ MAX_ATTEMPTS = 3
 _groups_v1 = sa.Table("groups", sa.MetaData(), *_group_columns())
 
 
+_v1_tables = [_uploads(_meta_v1, v1=True), _job_keys(_meta_v1, v1=True),
+               _incidents(_meta_v1, v1=True), analyses.to_metadata(_meta_v1),
+               jobs.to_metadata(_meta_v1), _tokens(_meta_v1, v1=True)]
+
+
 def _v1(conn: Connection) -> None:
-    meta.create_all(conn, tables=[uploads, job_keys, incidents, analyses, jobs, tokens])
+    _meta_v1.create_all(conn, tables=_v1_tables)
     _groups_v1.create(conn)
 
 
@@ -190,7 +263,7 @@ SQLITE_FTS = [
 ]
 
 
-def refresh_groups(conn: Connection, ids: list[str] | None = None) -> None:
+def refresh_groups(conn: Connection, ids: list[str | None] | None = None) -> None:
     """Recompute the counters of the given groups (all when None) from their incidents."""
     i, g = incidents, groups
     mine = i.c.group_id == g.c.id
@@ -199,8 +272,93 @@ def refresh_groups(conn: Connection, ids: list[str] | None = None) -> None:
         first_seen=sa.select(sa.func.min(i.c.created_at)).where(mine).scalar_subquery(),
         last_seen=sa.select(sa.func.max(i.c.created_at)).where(mine).scalar_subquery())
     if ids is not None:
-        q = q.where(g.c.id.in_([x for x in ids if x]))
+        ids = sorted({x for x in ids if x})
+        q = q.where(g.c.id.in_(ids))
+        if conn.dialect.name != "sqlite":
+            # Two workers refreshing one group take turns: the second counts after the first
+            # committed (SQLite's writers already take turns).
+            conn.execute(sa.select(g.c.id).where(g.c.id.in_(ids)).order_by(g.c.id)
+                         .with_for_update())
     conn.execute(q)
+
+
+def _v3(conn: Connection) -> None:
+    """Projects: every upload, incident and token belongs to one (the rows made before belong
+    to ``default``); incidents are shared by rows in ``shares``; group counters and notes are
+    kept per project."""
+    def columns(name: str) -> set[str]:
+        return {c["name"] for c in sa.inspect(conn).get_columns(name)}
+
+    add = f"VARCHAR(64) NOT NULL DEFAULT '{DEFAULT_PROJECT}'"
+    for name in ("incidents", "tokens"):
+        if "project" not in columns(name):
+            conn.exec_driver_sql(f"ALTER TABLE {name} ADD COLUMN project {add}")
+    conn.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_incidents_project_created "
+                         "ON incidents (project, created_at)")
+    for table, key in ((uploads, "sha256"), (job_keys, "join_key")):
+        if "project" in columns(table.name):
+            continue  # made by this version already
+        # The primary key gains the project: one content, one job id per project.
+        if conn.dialect.name == "sqlite":
+            _sqlite_rebuild(conn, table)
+        else:
+            conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN project {add}")
+            conn.exec_driver_sql(f"ALTER TABLE {table.name} DROP CONSTRAINT {table.name}_pkey")
+            conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD PRIMARY KEY (project, {key})")
+    meta.create_all(conn, tables=[shares, group_stats, group_notes])
+    have_notes = conn.execute(sa.select(sa.func.count()).select_from(group_notes)).scalar()
+    if not have_notes:
+        g = groups
+        conn.execute(group_notes.insert().from_select(
+            ["group_id", "project", "note", "updated_at"],
+            sa.select(g.c.id, sa.literal(DEFAULT_PROJECT), g.c.note, g.c.created_at)
+            .where(g.c.note.is_not(None), g.c.note != "")))
+    refresh_group_stats(conn)
+
+
+def _sqlite_rebuild(conn: Connection, table: sa.Table) -> None:
+    """SQLite cannot change a primary key: the table is made again and its rows copied."""
+    old = [c["name"] for c in sa.inspect(conn).get_columns(table.name)]
+    for index in table.indexes:
+        conn.exec_driver_sql(f"DROP INDEX IF EXISTS {index.name}")
+    conn.exec_driver_sql(f"ALTER TABLE {table.name} RENAME TO {table.name}_old")
+    table.create(conn)
+    cols = ", ".join(old)
+    conn.exec_driver_sql(f"INSERT INTO {table.name} ({cols}) SELECT {cols} FROM {table.name}_old")
+    conn.exec_driver_sql(f"DROP TABLE {table.name}_old")
+
+
+def upsert(conn: Connection, table: sa.Table, keys: dict[str, Any],
+           values: dict[str, Any]) -> None:
+    """Insert the row, or update ``values`` where the ``keys`` exist (SQLite and PostgreSQL)."""
+    if conn.dialect.name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:
+        from sqlalchemy.dialects.postgresql import insert  # type: ignore[assignment]
+    stmt = insert(table).values(**keys, **values)
+    conn.execute(stmt.on_conflict_do_update(index_elements=list(keys), set_=values))
+
+
+def refresh_group_stats(conn: Connection, project: str | None = None,
+                        ids: list[str | None] | None = None) -> None:
+    """Recompute one project's counters of the given groups; every group of every project
+    when ``project`` is None. Each counts the project's own incidents (shares are added when
+    read: they are few)."""
+    i, s = incidents, group_stats
+    if project is None:
+        conn.execute(s.delete())
+        conn.execute(s.insert().from_select(
+            ["group_id", "project", "n", "first_seen", "last_seen"],
+            sa.select(i.c.group_id, i.c.project, sa.func.count(), sa.func.min(i.c.created_at),
+                      sa.func.max(i.c.created_at))
+            .where(i.c.group_id.is_not(None)).group_by(i.c.group_id, i.c.project)))
+        return
+    for gid in sorted({x for x in ids or [] if x}):
+        n, first, last = conn.execute(
+            sa.select(sa.func.count(), sa.func.min(i.c.created_at), sa.func.max(i.c.created_at))
+            .where(i.c.group_id == gid, i.c.project == project)).one()
+        upsert(conn, s, {"group_id": gid, "project": project},
+               {"n": n, "first_seen": first, "last_seen": last})
 
 
 def has_text_index(conn: Connection) -> bool:
@@ -211,7 +369,7 @@ def has_text_index(conn: Connection) -> bool:
 
 
 #: (version, migration): applied in order, each in the transaction that records it.
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2)]
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

@@ -8,6 +8,7 @@ same code as the CLI on them (``analyzer.job.load``, ``rules.engine.run``,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -48,6 +49,15 @@ def blob_key(sha: str, kind: str) -> str:
     return f"uploads/{sha[:2]}/{sha}.{kind}"
 
 
+def incident_id_for(sha: str, project: str) -> str:
+    """The permalink id of an incident whose first upload has this SHA-256: its first 20 hex
+    digits in the default project (ids made before projects keep meaning the same), else of
+    the SHA-256 of project and content (one content in two projects is two incidents)."""
+    if project == t.DEFAULT_PROJECT:
+        return sha[:20]
+    return hashlib.sha256(f"{project}\n{sha}".encode()).hexdigest()[:20]
+
+
 @dataclass
 class Ingested:
     incident_id: str
@@ -57,24 +67,27 @@ class Ingested:
 
 
 def ingest(database: Database, store: Store, tmp: Path, sha: str, name: str,
-           info: UploadInfo, client: str) -> Ingested:
-    """Keep an inspected upload: blob first, then the rows (an upload is never half-indexed)."""
+           info: UploadInfo, client: str, project: str = t.DEFAULT_PROJECT) -> Ingested:
+    """Keep an inspected upload in the project: blob first (blobs are shared by content), then
+    the rows (an upload is never half-indexed)."""
+    mine = sa.select(t.uploads.c.incident_id).where(t.uploads.c.sha256 == sha,
+                                                     t.uploads.c.project == project)
     with database.read() as conn:
-        row = conn.execute(sa.select(t.uploads.c.incident_id).where(
-            t.uploads.c.sha256 == sha)).first()
+        row = conn.execute(mine).first()
     if row is not None:
         return Ingested(row.incident_id, sha, duplicate=True, joined=False)
     key = blob_key(sha, info.kind)
     store.put_file(key, tmp)
     now = time.time()
-    incident_id = sha[:20]
+    incident_id = incident_id_for(sha, project)
     joined = False
     try:
         with database.write() as conn:
             if info.job_key:
-                incident_id, joined = _join(conn, info.job_key, incident_id, now)
+                incident_id, joined = _join(conn, project, info.job_key, incident_id, now)
             conn.execute(t.uploads.insert().values(
-                sha256=sha, incident_id=incident_id, name=safe_name(name), kind=info.kind,
+                project=project, sha256=sha, incident_id=incident_id, name=safe_name(name),
+                kind=info.kind,
                 size=tmp.stat().st_size, expanded=info.expanded, files=info.files,
                 blob_key=key, job_key=info.job_key, host=info.host, client=client[:100],
                 created_at=now))
@@ -83,32 +96,35 @@ def ingest(database: Database, store: Store, tmp: Path, sha: str, name: str,
                     uploads=t.incidents.c.uploads + 1, updated_at=now, status="queued"))
             else:
                 conn.execute(t.incidents.insert().values(
-                    id=incident_id, created_at=now, updated_at=now, status="queued",
+                    id=incident_id, project=project, created_at=now, updated_at=now,
+                    status="queued",
                     job_key=info.job_key, job_name=info.job_name, uploads=1,
                     hosts=f",{info.host}," if info.host else None))
             database.enqueue(conn, incident_id)
     except IntegrityError:
         # The same content, uploaded at the same moment through another request or server.
         with database.read() as conn:
-            row = conn.execute(sa.select(t.uploads.c.incident_id).where(
-                t.uploads.c.sha256 == sha)).first()
+            row = conn.execute(mine).first()
         if row is None:
             raise
         return Ingested(row.incident_id, sha, duplicate=True, joined=False)
     return Ingested(incident_id, sha, duplicate=False, joined=joined)
 
 
-def _join(conn: sa.Connection, job_key: str, incident_id: str, now: float) -> tuple[str, bool]:
-    """The incident of this job (another node's upload made it), or claim the key for ours."""
-    row = conn.execute(sa.select(t.job_keys).where(t.job_keys.c.join_key == job_key)).first()
+def _join(conn: sa.Connection, project: str, job_key: str, incident_id: str, now: float
+          ) -> tuple[str, bool]:
+    """The incident of this job in this project (another node's upload made it), or claim the
+    key for ours."""
+    k = t.job_keys
+    this = sa.and_(k.c.project == project, k.c.join_key == job_key)
+    row = conn.execute(sa.select(k).where(this)).first()
     if row is not None and now - row.created_at < JOIN_WINDOW_S:
         return row.incident_id, True
     if row is None:
-        conn.execute(t.job_keys.insert().values(join_key=job_key, incident_id=incident_id,
-                                                created_at=now))
+        conn.execute(k.insert().values(project=project, join_key=job_key,
+                                       incident_id=incident_id, created_at=now))
     else:  # an old job that reused the id: a new incident from now on
-        conn.execute(t.job_keys.update().where(t.job_keys.c.join_key == job_key).values(
-            incident_id=incident_id, created_at=now))
+        conn.execute(k.update().where(this).values(incident_id=incident_id, created_at=now))
     return incident_id, False
 
 
@@ -219,7 +235,10 @@ def analyse(settings: Settings, database: Database, store: Store, incident_id: s
 
     started = time.time()
     with database.read() as conn:
-        ups = conn.execute(sa.select(t.uploads).where(t.uploads.c.incident_id == incident_id)
+        project = conn.execute(sa.select(t.incidents.c.project).where(
+            t.incidents.c.id == incident_id)).scalar() or t.DEFAULT_PROJECT
+        ups = conn.execute(sa.select(t.uploads).where(t.uploads.c.incident_id == incident_id,
+                                                      t.uploads.c.project == project)
                            .order_by(t.uploads.c.created_at, t.uploads.c.sha256)).all()
     with database.write() as conn:
         # An analysis left "running" by a server killed mid-way (its job's lease ran out).
@@ -275,16 +294,25 @@ def analyse(settings: Settings, database: Database, store: Store, incident_id: s
     finished = time.time()
     with database.write() as conn:
         exists = conn.execute(sa.select(t.groups.c.id).where(t.groups.c.id == fp.id)).first()
-        new_group = False
         if exists is None:
             try:
                 with conn.begin_nested():
                     conn.execute(t.groups.insert().values(
                         id=fp.id, version=fp.version, cause=fp.cause, rule=fp.rule,
                         template=fp.template, created_at=finished))
-                new_group = True
             except IntegrityError:
                 pass  # another worker made the group a moment ago
+        # New to this project (the webhook's event): the first to make its counter row.
+        new_group = False
+        stats = t.group_stats
+        if conn.execute(sa.select(stats.c.n).where(stats.c.group_id == fp.id,
+                                                   stats.c.project == project)).first() is None:
+            try:
+                with conn.begin_nested():
+                    conn.execute(stats.insert().values(group_id=fp.id, project=project, n=0))
+                new_group = True
+            except IntegrityError:
+                pass
         conn.execute(t.analyses.update().where(t.analyses.c.id == aid).values(
             status="done", finished_at=finished, cause=verdict and verdict.get("cause"),
             rule=verdict and verdict.get("rule"), summary=verdict and verdict.get("summary"),
@@ -308,8 +336,10 @@ def analyse(settings: Settings, database: Database, store: Store, incident_id: s
                 hosts=_delimited(hosts), evidence=_evidence_text(result),
                 group_id=fp.id, analysis_id=aid, user_name=_user_of(job)))
             t.refresh_groups(conn, [fp.id, old_group])
+            t.refresh_group_stats(conn, project, [fp.id, old_group])
     if new_group and settings.webhook:
-        notify(settings, {"event": "new_group", "group": fp.id, "cause": fp.cause,
+        notify(settings, {"event": "new_group", "project": project, "group": fp.id,
+                          "cause": fp.cause,
                           "rule": fp.rule, "template": fp.template, "incident": incident_id,
                           "summary": (verdict or {}).get("summary"),
                           "group_url": f"{settings.public_url}/groups/{fp.id}",
