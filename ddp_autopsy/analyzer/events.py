@@ -712,8 +712,9 @@ def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, 
     fm = FRAME_LINE.match(body)
     if fm:
         tb = state.tracebacks.get(stream)
-        if tb is not None:
-            tb["frames"] = [*tb["frames"][-4:], fm.groupdict()]
+        if tb is None:  # frames pasted without their "Traceback (most recent call last):"
+            tb = state.tracebacks[stream] = {"line": line, "frames": []}
+        tb["frames"] = [*tb["frames"][-4:], fm.groupdict()]
         state.code_line[stream] = (line + 1, len(body) - len(body.lstrip()))
         return
     echo = state.code_line.pop(stream, None)

@@ -873,8 +873,9 @@ PATTERNS: tuple[Pattern, ...] = (
         "NCCL error",
         # torch before 1.6 printed no version: "NCCL error in: .../ProcessGroupNCCL.cpp:272,
         # unhandled system error"
-        r"NCCL error(?: in: (?P<file>\S+):(?P<line>\d+),|:) (?P<estr>.+?)"
-        r"(?:, NCCL version (?P<version>[\w.]+)|\s*$)",
+        r"NCCL error(?: in: (?P<file>\S+):(?P<line>\d+),|:) (?P<estr>.+?), "
+        r"NCCL version (?P<version>[\w.]+)"
+        r"|NCCL error in: (?P<file2>\S+):(?P<line2>\d+), (?P<estr2>[^,]+?)\s*$",
     ),
 )
 
