@@ -362,8 +362,11 @@ def test_collect_from_a_rank_pid_with_native_frames(hung: SimpleNamespace,
     entry = next(p for p in result.manifest["processes"] if p["pid"] == rank1)
     spy = [a for a in result.manifest["actions"] if a["target"] == f"pid {rank1}"
            and a["name"].startswith("py-spy")]
-    assert spy and all("--native" in a["command"] and "--nonblocking" not in a["command"]
-                       for a in spy)
+    native = [a for a in spy if a["name"] == "py-spy dump --json"]
+    assert native and all("--native" in a["command"] and "--nonblocking" not in a["command"]
+                          for a in native)
+    # the text dump (Python frames and version header) does not pause the process again
+    assert all("--nonblocking" in a["command"] for a in spy if a not in native)
     assert entry["stack_status"] == "ok", entry
     names = frame_names(main_thread(json.loads((tmp_path / "b" / entry["stack"]).read_text()),
                                     rank1))

@@ -167,7 +167,7 @@ def test_to_dict_is_json_and_mirrors_the_tree() -> None:
     data = json.loads(json.dumps(build(frame(rows)).to_dict()))
     assert data["processes"] == 4 and data["outliers"] == ["S2"]
     assert data["classes"][1]["user_frame"] == {"func": "evaluate", "file": "train.py",
-                                                "line": 30}
+                                                "line": 30, "native": False}
     top = data["tree"]["children"][0]
     assert top["label"] == "ranks 0-3" and [c["count"] for c in top["children"]] == [3, 1]
 
@@ -240,7 +240,7 @@ def synthetic_stacks(n: int, depth: int = 40, odd: int = 1234,
         frames = [*inner, *layers, ("main", "train.py", 48), ("<module>", "train.py", 60)]
         for d, (f, fl, ln) in enumerate(frames):
             for k, v in zip(STACK_SCHEMA, (f"rank{r}.txt", f"n{r // 8}", 10000 + r, r, r % 8,
-                                           10000 + r, "MainThread", True, False, d, f, fl, ln),
+                                           10000 + r, "MainThread", True, False, d, f, fl, ln, False),
                             strict=True):
                 cols[k].append(v)
     return pl.DataFrame(cols, schema=STACK_SCHEMA)
@@ -258,3 +258,150 @@ def test_4096_ranks_by_40_frames(distinct: bool) -> None:
     else:
         assert [c.label for c in tree.outliers] == ["rank 1234"]
         assert tree.classes[0].label == "ranks 0-1233,1235-4095"
+
+
+# --- py-spy --native -------------------------------------------------------------------------
+
+#: ``py-spy dump --native`` of two ranks of one Gloo job (abridged from a real dump): the same
+#: stack, loaded at different addresses; one libc frame has no symbol.
+NATIVE_WAIT = """Process {pid}: python -u train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread {pid} (idle): "MainThread"
+    {addr1} (libc.so.6)
+    pthread_cond_wait (libc.so.6)
+    std::condition_variable::wait (libstdc++.so.6.0.30)
+    c10d::Work::wait (libtorch_cpu.so)
+    pybind11::cpp_function::initialize<pybind11::cpp_function::cpp_function<bool, c10d::Work, \
+std::chrono::duration<long, std::ratio<(long)1, (long)1000> > > >(bool (*)(c10d::Work*))::\
+{{lambda(pybind11::detail::function_call&)#1}}::_FUN (libtorch_python.so)
+    pybind11::cpp_function::dispatcher (libtorch_python.so)
+    all_reduce (torch/distributed/distributed_c10d.py:3252)
+    run (train.py:47)
+    <module> (train.py:60)
+    {addr2} (libc.so.6)
+    {addr3} (libc.so.6)
+    _start (python3.11)
+"""
+NATIVE_EVAL = """Process {pid}: python -u train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread {pid} (idle): "MainThread"
+    clock_nanosleep (libc.so.6)
+    time_sleep (libpython3.11.so.1.0)
+    evaluate (train.py:22)
+    run (train.py:46)
+    <module> (train.py:60)
+    {addr2} (libc.so.6)
+    _start (python3.11)
+"""
+
+
+def _native_dumps(root: Path, ranks: dict[int, str]) -> Path:
+    for rank, template in ranks.items():
+        pid = 5000 + rank
+        addr = [f"0x7f{rank:02x}{n:08x}" for n in range(3)]
+        (root / f"stack_rank{rank}.txt").write_text(template.format(
+            pid=pid, addr1=addr[0], addr2=addr[1], addr3=addr[2]))
+    return root
+
+
+def test_native_frames_are_normalised_and_folded(tmp_path: Path) -> None:
+    from ddp_autopsy.analyzer.stacks import StackOwner, parse_pyspy_text
+
+    dumps = _native_dumps(tmp_path, {0: NATIVE_WAIT})
+    rows = parse_pyspy_text((dumps / "stack_rank0.txt").read_text(), StackOwner("s"))
+    got = [(r["func"], r["file"], r["line"], r["native"]) for r in rows]
+    assert got[0] == ("[unknown]", "libc.so.6", None, True)  # a raw address: its library
+    assert got[4] == ("pybind11::cpp_function::initialize<…>(…)::{lambda(…)#1}::_FUN",
+                      "libtorch_python.so", None, True)
+    assert got[6] == ("all_reduce", "torch/distributed/distributed_c10d.py", 3252, False)
+    # two unknown libc frames in a row are one frame
+    assert got[-2:] == [("[unknown]", "libc.so.6", None, True),
+                        ("_start", "python3.11", None, True)]
+    assert [r["depth"] for r in rows] == list(range(len(rows)))
+
+
+def test_native_stacks_merge_and_the_verdict_names_the_user_frame(tmp_path: Path) -> None:
+    """Each rank's dump has its own addresses: the tree still merges them, the classes are the
+    ones the Python frames make, and the outlier is named by its Python frame, not by libc."""
+    dumps = _native_dumps(tmp_path, {0: NATIVE_WAIT, 1: NATIVE_EVAL, 2: NATIVE_WAIT,
+                                     3: NATIVE_WAIT})
+    job = load([dumps])
+    tree = stacktree.from_job(job)
+    assert [c.label for c in tree.classes] == ["ranks 0,2-3", "rank 1"]
+    odd = tree.outliers[0]
+    assert str(odd.user_frame) == "evaluate (train.py:22)" and odd.place == "evaluation"
+    assert str(odd.diverges_at) == "<module> (train.py:60)"
+    assert tree.classes[0].collective is not None
+    (top,) = tree.root.children  # one root: the per-process outermost addresses are gone
+    assert [str(f) for f in top.frames] == ["<module> (train.py:60)"]
+    wait, evaluating = top.children
+    # native frames beneath the innermost Python frame, innermost last
+    assert [f.func for f in wait.frames][-5:] == [
+        "pybind11::cpp_function::initialize<…>(…)::{lambda(…)#1}::_FUN", "c10d::Work::wait",
+        "std::condition_variable::wait", "pthread_cond_wait", "[unknown]"]
+    assert [str(f) for f in evaluating.frames] == [
+        "run (train.py:46)", "evaluate (train.py:22)", "time_sleep (libpython3.11.so.1.0)",
+        "clock_nanosleep (libc.so.6)"]
+    (stuck,) = [f for f in run_rules(job).findings if f.rule == "COLL002"]
+    assert stuck.ranks == [1] and "evaluate (train.py:22)" in stuck.summary
+    assert "libc" not in stuck.summary
+    out = io.StringIO()
+    stacks_text.render(Console(file=out, width=200, color_system=None), tree)
+    text = out.getvalue()
+    assert "clock_nanosleep  libc.so.6  [native]" in text and "0x7f" not in text
+    assert text.index("evaluate  train.py:22") < text.index("clock_nanosleep")
+
+
+def test_a_native_difference_alone_makes_no_outlier(tmp_path: Path) -> None:
+    """Rank 3 is caught in another libc call under the same Python frames: same class."""
+    other = NATIVE_WAIT.replace("pthread_cond_wait (libc.so.6)", "__futex_abstimed_wait (libc.so.6)")
+    dumps = _native_dumps(tmp_path, {0: NATIVE_WAIT, 1: NATIVE_WAIT, 2: NATIVE_WAIT, 3: other})
+    tree = stacktree.from_job(load([dumps]))
+    assert [c.label for c in tree.classes] == ["ranks 0-3"] and tree.outliers == []
+    shown = [f.func for _, n in tree.root.walk() for f in n.frames]
+    assert "pthread_cond_wait" in shown and "__futex_abstimed_wait" not in shown  # the majority
+
+
+@pytest.mark.scenario
+def test_collect_native_of_a_real_job_keeps_stacks_mergeable(tmp_path: Path) -> None:
+    """A real hung mp.spawn Gloo job (rank 1 in evaluate, ranks 0 and 2 in all_reduce),
+    collected with --native: native frames in the dumps, the same classes and verdict as
+    without them, no raw address in the tree."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import collect_helpers as h
+
+    from ddp_autopsy.collectors import CollectOptions, collect
+
+    job = h.start_spawn(tmp_path / "spawn", nprocs=3)
+    try:
+        job.wait_ready(3, 120)
+        probe = subprocess.run(["py-spy", "dump", "--native", "--pid", str(job.ranks[1])],
+                               capture_output=True, text=True, timeout=60)
+        if probe.returncode != 0:
+            pytest.skip(f"py-spy --native cannot attach here: {probe.stderr.strip()[:200]}")
+        native = collect(CollectOptions(pid=job.pid, out=tmp_path / "native", native=True))
+        plain = collect(CollectOptions(pid=job.pid, out=tmp_path / "plain"))
+    finally:
+        job.stop()
+    njob, pjob = load([native.bundle]), load([plain.bundle])
+    assert njob.stacks.filter(pl.col("native")).height > 0
+    assert not pjob.stacks.filter(pl.col("native").fill_null(False)).height
+    ntree, ptree = stacktree.from_job(njob), stacktree.from_job(pjob)
+    assert [c.label for c in ntree.classes] == [c.label for c in ptree.classes] == [
+        "ranks 0,2", "rank 1"]
+    assert str(ntree.outliers[0].user_frame) == str(ptree.outliers[0].user_frame)
+    assert ntree.outliers[0].user_frame.func == "evaluate"
+    assert len(ntree.root.children) == 1
+    funcs = [f.func for _, n in ntree.root.walk() for f in n.frames]
+    assert not any(f.startswith("0x") for f in funcs)
+    assert any(f.native for _, n in ntree.root.walk() for f in n.frames)
+    nverdict, pverdict = run_rules(njob).verdict, run_rules(pjob).verdict
+    assert nverdict is not None and pverdict is not None
+    assert (nverdict.rule, nverdict.ranks) == (pverdict.rule, pverdict.ranks) == ("COLL002", [1])
+    assert ".so" not in nverdict.summary

@@ -2,6 +2,12 @@
 
 One row per frame; ``depth`` 0 is the innermost frame (where the thread is now).
 
+``py-spy dump --native`` adds C/C++ frames (``native`` true): ``func`` is the symbol (offsets,
+compiler clone suffixes and Rust hashes cut), ``file`` the library's file name, ``line`` null.
+A frame py-spy could not symbolise is a raw, per-process address (``0x7f3a… (libc.so.6)``):
+it becomes ``[unknown]`` in its library, and a run of them in one library one frame, so the
+same stack in two processes (different load addresses) reads the same.
+
 Sample text input::
 
     Process 2171: /usr/bin/python3 -u train.py
@@ -35,6 +41,7 @@ STACK_SCHEMA: dict[str, Any] = {
     "func": pl.String,
     "file": pl.String,
     "line": pl.Int64,
+    "native": pl.Boolean,  # a C/C++ frame of py-spy --native (false or null: Python)
 }
 
 
@@ -73,9 +80,17 @@ def parse_pyspy_json(data: bytes | str, owner: StackOwner) -> list[dict[str, Any
         if not isinstance(th, dict):
             continue
         pid = th.get("pid") if isinstance(th.get("pid"), int) else owner.pid
-        for depth, fr in enumerate(th.get("frames") or []):
+        frames = []
+        for fr in th.get("frames") or []:
             if not isinstance(fr, dict):
                 continue
+            file = fr.get("short_filename") or fr.get("filename")
+            line = _int(fr.get("line"))
+            # py-spy names the library of a native frame (``module``); a Python frame has none
+            native = bool(fr.get("module")) or (line == 0 and _library_name(file))
+            frames.append(_native(str(fr.get("name")), file) if native
+                          else (str(fr.get("name")), file, line, False))
+        for depth, (func, file, line, native) in enumerate(_fold(frames)):
             rows.append({
                 "source": owner.source,
                 "host": owner.host,
@@ -87,11 +102,70 @@ def parse_pyspy_json(data: bytes | str, owner: StackOwner) -> list[dict[str, Any
                 "idle": not th.get("active", False),
                 "owns_gil": bool(th.get("owns_gil", False)),
                 "depth": depth,
-                "func": str(fr.get("name")),
-                "file": fr.get("short_filename") or fr.get("filename"),
-                "line": _int(fr.get("line")),
+                "func": func,
+                "file": file,
+                "line": line,
+                "native": native,
             })
     return rows
+
+
+Parsed = tuple[str, str | None, int | None, bool]  # func, file, line, native
+#: A raw address: py-spy found no symbol for it.
+RAW_ADDRESS = re.compile(r"^0x[0-9a-fA-F]+$")
+#: What differs between two processes (or builds) for one symbol: an offset, a compiler clone
+#: suffix (``.isra.0``, ``.constprop.3``, `` [clone .cold]``), a Rust hash (``::h0123…``).
+_SYMBOL_NOISE = re.compile(
+    r"\+0x[0-9a-fA-F]+$|(?:\.(?:isra|constprop|part|cold|lto_priv|llvm)(?:\.\d+)?)+$"
+    r"| \[clone [^\]]*\]$|::h[0-9a-f]{16}$")
+UNKNOWN = "[unknown]"
+#: A C/C++/CUDA/Rust source file: a native frame built with debug info (``selectmodule.c:655``).
+NATIVE_SOURCE = re.compile(r"\.(?:c|h|cc|cpp|cxx|hpp|hh|hxx|inl|cu|cuh|rs|s|S)$")
+#: Template arguments and parameter lists, collapsed so that one function reads as one name
+#: (``f<…>(…)::{lambda(…)#1}``); ``(anonymous namespace)`` stays.
+_BRACKETS = (re.compile(r"<[^<>]*>"), re.compile(r"\((?!anonymous namespace\))[^()]*\)"))
+#: Symbols longer than this are cut (a pybind11 dispatcher's demangled name runs to 3 kB).
+MAX_SYMBOL = 200
+
+
+def _library_name(file: Any) -> bool:
+    return isinstance(file, str) and not file.endswith((".py", ".pyx", ".pyw")) \
+        and not file.startswith("<")
+
+
+def _native(name: str, file: str | None) -> Parsed:
+    """One native frame, normalised by symbol (see the module docstring)."""
+    name = name.strip()
+    if RAW_ADDRESS.match(name) or not name or name == "?":
+        return UNKNOWN, file or "?", None, True
+    while True:
+        cut = _SYMBOL_NOISE.sub("", name)
+        if cut == name:
+            break
+        name = cut
+    if "operator" not in name:  # operator<, operator() keep their brackets
+        for rx, short in zip(_BRACKETS, ("<…>", "(…)"), strict=True):
+            nested = name
+            while True:  # innermost first
+                cut = rx.sub("\x00", nested)
+                if cut == nested:
+                    break
+                nested = cut
+            name = re.sub("\x00+", short, nested)
+    if len(name) > MAX_SYMBOL:
+        name = name[:MAX_SYMBOL - 1] + "…"
+    return name, file or "?", None, True
+
+
+def _fold(frames: list[Parsed]) -> list[Parsed]:
+    """Consecutive unknown frames of one library become one."""
+    out: list[Parsed] = []
+    for f in frames:
+        if f[3] and f[0] == UNKNOWN and out and out[-1][3] and out[-1][0] == UNKNOWN \
+                and out[-1][1] == f[1]:
+            continue
+        out.append(f)
+    return out
 
 
 THREAD_RE = re.compile(
@@ -99,6 +173,8 @@ THREAD_RE = re.compile(
 )
 PROCESS_RE = re.compile(r"^Process (?P<pid>\d+): ")
 FRAME_RE = re.compile(r"^\s+(?P<func>.+?) \((?P<file>[^()]*?):(?P<line>\d+)\)\s*$")
+#: A native frame of ``py-spy dump --native``: ``clock_nanosleep (libc.so.6)``.
+NATIVE_FRAME_RE = re.compile(r"^\s+(?P<func>.+) \((?P<file>[^():]+)\)\s*$")
 
 
 def parse_pyspy_text(text: str, owner: StackOwner) -> list[dict[str, Any]]:
@@ -106,14 +182,27 @@ def parse_pyspy_text(text: str, owner: StackOwner) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     pid = owner.pid
     thread: dict[str, Any] | None = None
-    depth = 0
+    frames: list[Parsed] = []
+
+    def flush() -> None:
+        if thread is not None:
+            for depth, (func, file, line, native) in enumerate(_fold(frames)):
+                rows.append({
+                    "source": owner.source, "host": owner.host, "pid": pid, "rank": owner.rank,
+                    "local_rank": owner.local_rank, **thread, "depth": depth,
+                    "func": func, "file": file, "line": line, "native": native,
+                })
+        frames.clear()
+
     for raw in text.splitlines():
         m = PROCESS_RE.match(raw)
         if m:
+            flush()
             pid, thread = int(m.group("pid")), None
             continue
         m = THREAD_RE.match(raw)
         if m:
+            flush()
             tid = m.group("tid")
             state = m.group("state")
             thread = {
@@ -122,16 +211,20 @@ def parse_pyspy_text(text: str, owner: StackOwner) -> list[dict[str, Any]]:
                 "idle": "idle" in state,
                 "owns_gil": "gil" in state.lower(),
             }
-            depth = 0
+            continue
+        if thread is None:
             continue
         m = FRAME_RE.match(raw)
-        if m and thread is not None:
-            rows.append({
-                "source": owner.source, "host": owner.host, "pid": pid, "rank": owner.rank,
-                "local_rank": owner.local_rank, **thread, "depth": depth,
-                "func": m.group("func"), "file": m.group("file"), "line": int(m.group("line")),
-            })
-            depth += 1
+        if m and NATIVE_SOURCE.search(m.group("file")):  # a native frame with debug info
+            frames.append(_native(m.group("func"), m.group("file")))
+            continue
+        if m:
+            frames.append((m.group("func"), m.group("file"), int(m.group("line")), False))
+            continue
+        m = NATIVE_FRAME_RE.match(raw)
+        if m and _library_name(m.group("file")):
+            frames.append(_native(m.group("func"), m.group("file")))
+    flush()
     return rows
 
 

@@ -9,6 +9,13 @@ Processes with identical main-thread stacks form an equivalence class (:class:`S
 largest first). Classes much smaller than the largest one are the *outliers*: the rank that is in
 ``evaluate`` while 4095 others wait in ``all_reduce``.
 
+Native frames (``py-spy dump --native``, normalised by :mod:`~ddp_autopsy.analyzer.stacks`) do
+not decide the classes: processes are grouped by their Python frames, so a native frame that
+differs between two ranks (a futex caught in another libc call) never makes an outlier, and the
+verdict names the innermost Python frame of the user's code. Each class's path in the tree is its
+Python frames with the native frames of its most common full stack, so the C/C++ frames below
+the innermost Python frame are shown beneath it.
+
 Launcher agents and DataLoader workers (``processes`` role ``agent`` / ``dataloader`` / ``other``)
 are kept out of the main tree and merged into trees of their own (:attr:`StackTree.side`); threads
 other than the main one are merged into :attr:`StackTree.threads` when they matter (running or
@@ -41,6 +48,7 @@ holding the GIL).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -152,8 +160,9 @@ class Node:
 
 
 def is_library(frame: Frame) -> bool:
-    """A frame in torch, the standard library or site-packages (not the user's own code)."""
-    return bool(LIBRARY_FILE.search(frame.file or ""))
+    """A frame in torch, the standard library, site-packages or native code (not the user's
+    own code)."""
+    return frame.native or bool(LIBRARY_FILE.search(frame.file or ""))
 
 
 def is_collective(frame: Frame) -> bool:
@@ -261,7 +270,8 @@ class StackTree:
 
 
 def _frame_dict(f: Frame | None) -> dict[str, Any] | None:
-    return None if f is None else {"func": f.func, "file": f.file, "line": f.line}
+    return None if f is None else {"func": f.func, "file": f.file, "line": f.line,
+                                   "native": f.native}
 
 
 def empty() -> StackTree:
@@ -334,22 +344,27 @@ def from_job(job: Any) -> StackTree:
 
 def _keyed(stacks: pl.DataFrame, granularity: Granularity) -> pl.DataFrame:
     """Add ``_i`` (row), ``_p`` (process id) and ``_f`` (frame id) columns."""
+    if "native" not in stacks.columns:  # a frame built before native frames existed
+        stacks = stacks.with_columns(pl.lit(False).alias("native"))
     df = stacks.with_row_index("_i").with_columns(
         pl.col("file").fill_null(""), pl.col("func").fill_null("?"),
         pl.col("idle").fill_null(True), pl.col("owns_gil").fill_null(False),
+        pl.col("native").fill_null(False),
     )
     if granularity == "function":
         df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("line"))
+    key = ["func", "file", "line", "native"]
     procs = df.select("source", "pid").unique(maintain_order=True).with_row_index("_p")
-    frames = df.select("func", "file", "line").unique(maintain_order=True).with_row_index("_f")
+    frames = df.select(key).unique(maintain_order=True).with_row_index("_f")
     return (df.join(procs, on=["source", "pid"], how="left", nulls_equal=True)
-            .join(frames, on=["func", "file", "line"], how="left", nulls_equal=True))
+            .join(frames, on=key, how="left", nulls_equal=True))
 
 
 def frames_of(df: pl.DataFrame) -> dict[int, Frame]:
     """Frame id → Frame, for a frame produced by :func:`_keyed`."""
-    rows = df.select("_f", "func", "file", "line").unique("_f")
-    return {f: Frame(func, file, line) for f, func, file, line in rows.iter_rows()}
+    rows = df.select("_f", "func", "file", "line", "native").unique("_f")
+    return {f: Frame(func, file, line, bool(native))
+            for f, func, file, line, native in rows.iter_rows()}
 
 
 def _roles(processes: pl.DataFrame | None) -> dict[tuple[str | None, int], str]:
@@ -371,7 +386,8 @@ def _merge(rows: pl.DataFrame, frames: dict[int, Frame], role_of: dict[int, str 
     paths = (
         rows.sort("_p", "thread_id", "depth", descending=[False, False, True])
         .group_by("_p", "thread_id", maintain_order=True)
-        .agg(pl.col("_f").alias("_path"),
+        .agg(pl.col("_f").alias("_full"),
+             pl.col("_f").filter(~pl.col("native")).alias("_path"),
              pl.col("source", "host", "pid", "rank", "local_rank", "thread_name", "idle",
                     "owns_gil").first())
         .sort("rank", "pid", "_p", "thread_id", nulls_last=True)
@@ -396,12 +412,21 @@ def _merge(rows: pl.DataFrame, frames: dict[int, Frame], role_of: dict[int, str 
                             pl.col("_members").list.min().alias("_lo"))
               .sort(["_n", "_lo"], descending=[True, False]))
 
+    full = paths["_full"].to_list()
     classes: list[StackClass] = []
-    class_paths: list[list[int]] = []
+    class_paths: list[list[int]] = []  # Python frames: they decide classes and outliers
+    tree_paths: list[list[int]] = []  # with the native frames: what the tree shows
     thread_ids: dict[str, int] = {}  # thread trees: a negative pseudo frame id per thread name
     for n, row in enumerate(groups.iter_rows(named=True), 1):
         members = tuple(sorted(row["_members"]))
         path = list(row["_path"])
+        shown = list(row["_path"])
+        if any(len(full[m]) != len(path) for m in members):
+            # native frames: the most common full stack (ties: the first member's), less the
+            # ones outside the outermost Python frame (_start, Py_BytesMain: no news)
+            shown = list(Counter(tuple(full[m]) for m in members).most_common(1)[0][0])
+            while path and frames[shown[0]].native:
+                shown.pop(0)
         inner_first = tuple(frames[f] for f in reversed(path))
         mem = [procs[m] for m in members]
         first = mem[0]
@@ -414,10 +439,12 @@ def _merge(rows: pl.DataFrame, frames: dict[int, Frame], role_of: dict[int, str 
             threads=(row["thread_name"],) if by_thread else (),
         ))
         if by_thread:
-            path = [thread_ids.setdefault(row["thread_name"], -1 - len(thread_ids)), *path]
+            pseudo = thread_ids.setdefault(row["thread_name"], -1 - len(thread_ids))
+            path, shown = [pseudo, *path], [pseudo, *shown]
         class_paths.append(path)
+        tree_paths.append(shown)
     _mark_outliers(classes, class_paths, offset=1 if by_thread else 0)
-    root = _trie(classes, class_paths, procs, frames, by_thread)
+    root = _trie(classes, tree_paths, procs, frames, by_thread)
     return StackTree(procs=procs, root=root, classes=classes, granularity=granularity)
 
 

@@ -52,8 +52,11 @@ class Frame:
     func: str
     file: str
     line: int | None
+    native: bool = False  # a C/C++ frame (py-spy --native): ``file`` is its library
 
     def __str__(self) -> str:
+        if self.native:
+            return f"{self.func} ({self.file})"
         return f"{self.func} ({self.file}:{self.line})"
 
 

@@ -49,6 +49,7 @@ from ddp_autopsy.reports.termsafe import termsafe
 
 MAX_CHILDREN = 8
 RUN_HEAD, RUN_TAIL = 2, 4
+MAX_NATIVE = 6  # native frames shown beneath a node's innermost Python frame
 WIDE = 4096  # piped output: the width the tree is laid out in (lines are not padded to it)
 
 
@@ -56,7 +57,7 @@ def _frame_line(f: Frame) -> Text:
     style = "bold cyan" if is_collective(f) else "dim" if is_library(f) else "bold"
     line = Text(termsafe(f.func), style=style)
     loc = f"{f.file}:{f.line}" if f.line is not None else (f.file or "")
-    line.append(termsafe(f"  {loc}"), style="dim")
+    line.append(termsafe(f"  {loc}" + ("  [native]" if f.native else "")), style="dim")
     return line
 
 
@@ -71,6 +72,11 @@ def _label(tree: StackTree, node: Node, wrap: bool = True) -> Text:
     if node.outlier:
         head.append("  OUTLIER", style="bold red")
     frames = list(node.frames)
+    # Native frames below the node's innermost Python frame are shown beneath it, whatever
+    # the run's length, so that a long run never hides the Python frame behind libc.
+    py = [i for i, f in enumerate(frames) if not f.native]
+    cut = py[-1] + 1 if py else 0
+    frames, beneath = frames[:cut], frames[cut:]
     lines: list[Text] = []
     if len(frames) > RUN_HEAD + RUN_TAIL + 1:
         lines += [_frame_line(f) for f in frames[:RUN_HEAD]]
@@ -78,6 +84,13 @@ def _label(tree: StackTree, node: Node, wrap: bool = True) -> Text:
         lines += [_frame_line(f) for f in frames[-RUN_TAIL:]]
     else:
         lines += [_frame_line(f) for f in frames]
+    if len(beneath) > MAX_NATIVE + 1:
+        hidden = len(beneath) - MAX_NATIVE
+        beneath = beneath[:MAX_NATIVE]
+        lines += [_frame_line(f) for f in beneath]
+        lines.append(Text(f"… {hidden} more native frames …", style="dim"))
+    else:
+        lines += [_frame_line(f) for f in beneath]
     if node.ends:
         procs = [tree.procs[m] for m in node.ends]
         ending = [tree.classes[c] for c in node.ending]
