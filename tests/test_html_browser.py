@@ -417,3 +417,100 @@ def test_timeline_shows_collection_and_last_lines(probe_bundle: Path,
     for i in range(len(last)):
         mark = page.locator("svg.timeline rect.m.last").nth(i).bounding_box()
         assert box and mark and box["x"] <= mark["x"] <= box["x"] + box["width"]
+
+
+# --------------------------------------------------------------------------- timeline zoom, FR
+
+
+@pytest.fixture(scope="module")
+def fr_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 3-rank hang with Flight Recorder dumps (ranks 0, 2 wait in #5, rank 1 stopped
+    after #4)."""
+    from test_perfetto import write_job
+
+    root = tmp_path_factory.mktemp("fr_job")
+    return write_report([write_job(root / "job")], root / "report.html")
+
+
+#: The centres of the timeline's marks (x + data-c).
+MARK_XS = ("[...document.querySelectorAll('#tl rect.m')].map(r => parseFloat(r.getAttribute('x'))"
+           " + parseFloat(r.dataset.c))")
+
+
+def test_timeline_zooms_and_pans(fr_job: Path, open_page: Callable[..., Opened]) -> None:
+    opened = open_page(fr_job)
+    page = opened.page
+    assert page.locator("#tl-tools").is_visible()
+    before = page.evaluate(MARK_XS)
+    server_ticks = page.locator("#tl .ticks text").all_text_contents()
+    page.click('#tl-tools button[data-zoom="2"]')
+    assert page.get_attribute("#tl", "data-zoom") == "2.000"
+    zoomed = page.evaluate(MARK_XS)
+    left, right = (float(page.get_attribute("#tl", a) or 0) for a in ("data-left", "data-right"))
+    mid = (left + right) / 2
+    # Zoomed around the middle: every mark's centre twice as far from it.
+    for x0, x1 in zip(before, zoomed, strict=True):
+        assert abs((x1 - mid) - 2 * (x0 - mid)) < 0.05, (x0, x1)
+    assert not page.locator("#tl .ticks").is_visible()
+    new_ticks = page.locator("#tl .zticks text").all_text_contents()
+    assert len(new_ticks) >= 3 and new_ticks != server_ticks
+    assert len(set(new_ticks)) == len(new_ticks)
+    # Drag 100 screen px to the right: the view pans, marks move right by as much.
+    box = page.locator("#tl").bounding_box()
+    assert box is not None
+    scale = box["width"] / float(page.evaluate("document.getElementById('tl').viewBox"
+                                               ".baseVal.width"))
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + 600 * scale, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + 650 * scale, y, steps=3)
+    page.mouse.move(box["x"] + 700 * scale, y, steps=3)
+    page.mouse.up()
+    panned = page.evaluate(MARK_XS)
+    shift = [b - a for a, b in zip(zoomed, panned, strict=True)]
+    assert all(abs(s - shift[0]) < 0.5 for s in shift) and 0 < shift[0] <= 100.5, shift
+    # Ctrl + wheel over the plot zooms in further; reset restores the drawing as served.
+    page.mouse.move(box["x"] + 500 * scale, y)
+    page.keyboard.down("Control")
+    page.mouse.wheel(0, -100)
+    page.keyboard.up("Control")
+    page.wait_for_function("parseFloat(document.getElementById('tl').dataset.zoom) > 2")
+    page.click('#tl-tools button[data-zoom="0"]')
+    assert page.get_attribute("#tl", "data-zoom") == "1.000"
+    assert page.evaluate(MARK_XS) == pytest.approx(before, abs=0.01)
+    assert page.locator("#tl .ticks text").all_text_contents() == server_ticks
+    # Printing shows the whole span.
+    page.click('#tl-tools button[data-zoom="2"]')
+    page.evaluate("window.dispatchEvent(new Event('beforeprint'))")
+    assert page.get_attribute("#tl", "data-zoom") == "1.000"
+    assert opened.errors == [], opened.errors
+    # Without JavaScript: the same drawing, no zoom controls.
+    still = open_page(fr_job, js=False).page
+    assert not still.locator("#tl-tools").is_visible()
+    assert still.evaluate(MARK_XS) == pytest.approx(before, abs=0.01)
+
+
+@pytest.mark.scenario("fr_skipped_allreduce")
+def test_real_flight_recorder_positions_on_the_timeline(
+        scenario_run: Callable[[str], Any], tmp_path: Path,
+        open_page: Callable[..., Opened]) -> None:
+    """The real Gloo job: ranks 0 and 2 wait in all_reduce #9 (bars to the end), rank 1 (the
+    culprit, one collective ahead) completed #8 and waits in no collective."""
+    run = scenario_run("fr_skipped_allreduce")
+    assert run.bundle is not None, run.error
+    page = open_page(write_report([run.bundle, run.console], tmp_path / "r.html")).page
+    lanes = {round(float(y)): t for y, t in page.eval_on_selector_all(
+        "#tl .lane-label", "ts => ts.map(t => [t.getAttribute('y'), t.textContent])")}
+    marks = page.eval_on_selector_all(
+        "#tl rect.m.collective, #tl rect.m.pending, #tl rect.pend",
+        "rs => rs.map(r => [r.getAttribute('class'), r.getAttribute('y'),"
+        " r.getAttribute('height'), r.textContent])")
+    seen: dict[str, set[str]] = {}
+    for cls, y, h, title in marks:
+        lane = lanes[round(float(y) + float(h) / 2 + 4)]
+        seen.setdefault(lane, set()).add(cls)
+        assert title.startswith(lane)
+    assert seen["rank 0"] == seen["rank 2"] == {"m collective", "m pending", "pend"}, seen
+    assert seen["rank 1"] == {"m collective"}, seen
+    assert "culprit" in page.locator("#tl .lane-culprit").all_text_contents()
+    shoot(page, "fr_skipped_allreduce-timeline")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import re
 from datetime import datetime, timedelta
@@ -340,7 +341,7 @@ LANE_CASES = {
     "per-block-small": ([(r, f"n{r}") for r in range(100)],
                         [f"ranks {b}-{b + 3}" for b in range(0, 100, 4)],
                         "per block of 4 ranks"),
-    "no-rank-no-host": ([(None, None)] * 3, ["launcher / other"], "all events"),
+    "no-rank-no-host": ([(None, None)] * 3, ["launcher / other"], "in one lane"),
 }
 
 
@@ -692,3 +693,61 @@ def test_cli_report_and_analyze_html(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["analyze", str(job), "--html", str(other), "--no-color"])
     assert result.exit_code == 0, result.output
     assert "HTML report:" in result.output and other.read_text().startswith("<!doctype html>")
+
+
+# --------------------------------------------------------------------------- timeline: FR, zoom
+
+
+def test_timeline_draws_each_ranks_flight_recorder_position(tmp_path: Path) -> None:
+    """Ranks 0 and 2 started all_reduce #5 and never completed it (a bar to the end of the
+    plot); rank 1 last completed #4."""
+    from test_perfetto import write_job
+
+    a = analyse(write_job(tmp_path / "job"))
+    doc = html.render(a)
+    _, caption, marks = _timeline(doc)
+    assert "Flight Recorder position" in caption
+    for lane in ("rank 0", "rank 2"):
+        assert any("fr_pending: " in t and "started, never completed: #5 " in t
+                   for t in marks[lane]), marks[lane]
+    assert any("fr_completed: " in t and "last completed #4 " in t for t in marks["rank 1"])
+    assert not any("fr_pending" in t for t in marks["rank 1"])
+    tl = section(doc, "timeline")
+    bars = re.findall(r'<rect class="pend" data-x="([\d.]+)" data-w="([\d.]+)"', tl)
+    assert len(bars) == 2
+    right = html.timeline.TL_WIDTH - html.timeline.TL_RIGHT
+    assert all(abs(float(x) + float(w) - right) < 0.2 for x, w in bars)  # open to the end
+    # The axis report.js zooms with: segments in plot x and ms, ending at the plot's right.
+    axis = json.loads(unescape(re.search(r'data-axis="([^"]*)"', tl).group(1)))  # type: ignore[union-attr]
+    assert axis[0][0] == html.timeline.TL_LEFT and axis[-1][1] == right
+    assert all(a[1] <= b[0] + 1e-6 and a[3] <= b[2] for a, b in itertools.pairwise(axis))
+
+
+def test_untimed_last_lines_are_written_in_their_lanes(tmp_path: Path) -> None:
+    """A hang whose ranks print lines without a timestamp (torchrun's tee): each rank's last
+    line is written in its lane, not lost with the untimed events."""
+    job = write_hang(tmp_path / "job", world=3, odd=1)
+    with (job / "console.log").open("a") as fh:
+        fh.write("[rank0]:step 7 loss 0.25\n[rank2]:step 7 loss 0.26\n")
+    tl = section(html.render(analyse(job)), "timeline")
+    texts = re.findall(r'<text class="lane-untimed" data-x="[\d.]+" x="[\d.]+" y="([\d.]+)">'
+                       r"([^<]*)</text>", tl)
+    lanes = {float(y) + 4: label for y, label in
+             re.findall(r'<text class="lane-label" x="[\d.]+" y="([\d.]+)"[^>]*>([^<]*)<', tl)}
+    got = {lanes[float(y) + 4]: t for y, t in texts}
+    assert got == {"rank 0": "last line, no time: [rank0]:step 7 loss 0.25",
+                   "rank 2": "last line, no time: [rank2]:step 7 loss 0.26"}, got
+
+
+def test_tick_labels_differ_from_their_neighbours(tmp_path: Path) -> None:
+    """A 1 ms burst 0.74 s after the first event: the ticks inside it still differ."""
+    a = analyse(write_hang(tmp_path / "h"))
+    t0 = datetime(2026, 11, 22, 13, 0)
+    offsets = [0, 0.742, 0.7421, 0.7425, 0.7428, 0.743]
+    a.job.events = pl.DataFrame([{"source": "c.log", "line": i + 1, "kind": "closing_signal",
+                                  "rank": None, "ts": t0 + timedelta(seconds=f),
+                                  "text": f"e{i}"} for i, f in enumerate(offsets)],
+                                schema=EVENT_SCHEMA)
+    tl = section(html.render(a), "timeline")
+    labels = re.findall(r'<text class="tick" x="[\d.]+"[^>]*>([^<]*)</text>', tl)
+    assert len(labels) >= 3 and len(set(labels)) == len(labels), labels

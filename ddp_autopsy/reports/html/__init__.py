@@ -39,7 +39,7 @@ from ddp_autopsy.reports.html.grid import STATES, GridView, grid_view, rank_stat
 from ddp_autopsy.reports.html.inputs import BundleView, InputsView, bundle_views, inputs_view
 from ddp_autopsy.reports.html.ranks import RankTableView, rank_table_view
 from ddp_autopsy.reports.html.stacks import TreeView, tree_view
-from ddp_autopsy.reports.html.timeline import TimelineView, timeline_view
+from ddp_autopsy.reports.html.timeline import CATEGORY_LABEL, TimelineView, timeline_view
 from ddp_autopsy.rules.engine import Analysis
 
 __all__ = ["STATES", "TIMELINE_MAX_MARKS", "Page", "clean", "page", "rank_states", "render",
@@ -166,4 +166,5 @@ def render(analysis: Analysis, *, tree: StackTree | None = None,
            now: datetime | None = None) -> str:
     """The report as one HTML string."""
     return _env().get_template("report.html.j2").render(p=page(analysis, tree, now),
-                                                        states=STATES)
+                                                        states=STATES,
+                                                        cat_labels=CATEGORY_LABEL)

@@ -1,8 +1,16 @@
-"""The timeline: events per rank (or rank group) lane, as SVG marks."""
+"""The timeline: events per rank (or rank group) lane, as SVG marks.
+
+Besides the timestamped log events: each rank's Flight Recorder position (its last completed
+collective, and the one it still waits in, drawn as a bar to the end), the last line of each
+rank whose line has no timestamp (as text in its lane), the first failure, the findings and the
+collection moments. Plot elements carry ``data-x`` (and ``data-w``, ``data-c``) in plot
+coordinates and the SVG its axis (``data-axis``) so that report.js can zoom and pan.
+"""
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -27,7 +35,11 @@ KIND_CATEGORY: dict[str, str] = {
                               "rdzv_connection_error", "port_in_use", "unresolved_host")},
     **{k: "signal" for k in ("agent_signal", "closing_signal")},
 }
-CATEGORIES = ("start", "failure", "timeout", "network", "signal", "last", "other")
+KIND_CATEGORY.update({"fr_completed": "collective", "fr_pending": "pending"})
+CATEGORIES = ("start", "failure", "timeout", "network", "signal", "collective", "pending", "last",
+              "other")
+CATEGORY_LABEL = {"last": "last line of a rank", "collective": "last completed collective",
+                  "pending": "collective not completed"}
 TL_LEFT, TL_RIGHT, TL_WIDTH, TL_LANE, TL_TOP = 150, 24, 1000, 18, 22
 
 
@@ -43,6 +55,17 @@ class Mark:
 class Tick:
     x: float
     label: str
+    anchor: str = "middle"
+
+
+@dataclass
+class Bar:
+    """A collective a rank started and never completed: from its start to the plot's end."""
+
+    x: float
+    y: float
+    w: float
+    title: str
 
 
 @dataclass
@@ -60,28 +83,32 @@ class TimelineView:
     breaks: list[tuple[float, float, str]] = field(default_factory=list)  # cut gaps: x0, x1
     culprit_lanes: list[float] = field(default_factory=list)  # y of lanes with a culprit
     silent: list[tuple[float, str]] = field(default_factory=list)  # lanes without an event
+    bars: list[Bar] = field(default_factory=list)
+    #: Lanes whose rank's last line has no timestamp: (x, y, text), after the lane's marks.
+    untimed: list[tuple[float, float, str]] = field(default_factory=list)
+    #: The axis for report.js (zoom): [[x0, x1, ms0, ms1, cut], ...], ms from the first moment.
+    axis: str = "[]"
 
 
-def _lane_expr(ev: pl.DataFrame) -> tuple[pl.Expr, str]:
-    ranks = ev["rank"].drop_nulls()
-    hosts = ev["host"].drop_nulls()
+def _lane_expr(ranks: set[int], hosts: set[str]) -> tuple[pl.Expr, str]:
+    """Lanes: per rank (<= 32 ranks), else per host, else per block of ranks."""
     other = pl.lit("launcher / other")
-    if 0 < ranks.n_unique() <= TIMELINE_MAX_LANES:
+    if 0 < len(ranks) <= TIMELINE_MAX_LANES:
         expr = (pl.when(pl.col("rank").is_not_null())
                 .then(pl.format("rank {}", pl.col("rank")))
                 .when(pl.col("host").is_not_null()).then(pl.format("host {}", pl.col("host")))
                 .otherwise(other))
         return expr, "per rank"
-    if 0 < hosts.n_unique() <= TIMELINE_MAX_LANES:
+    if 0 < len(hosts) <= TIMELINE_MAX_LANES:
         return pl.when(pl.col("host").is_not_null()).then(pl.col("host")).otherwise(other), \
             "per host"
-    if ranks.len():
-        block = max(1, math.ceil((int(ranks.max()) + 1) / TIMELINE_MAX_LANES))  # type: ignore[arg-type]
+    if ranks:
+        block = max(1, math.ceil((max(ranks) + 1) / TIMELINE_MAX_LANES))
         lo = (pl.col("rank") // block) * block
         expr = (pl.when(pl.col("rank").is_not_null())
                 .then(pl.format("ranks {}-{}", lo, lo + block - 1)).otherwise(other))
         return expr, f"per block of {block} ranks"
-    return other, "all events"
+    return other, "in one lane"
 
 
 def _lane_key(label: str) -> tuple[int, int, str]:
@@ -168,6 +195,14 @@ class Axis:
         assert out is not None
         return out
 
+    def to_json(self, t0: datetime) -> str:
+        """The segments for report.js: [[x0, x1, ms0, ms1, cut], ...], ms from ``t0``."""
+        def ms(t: datetime) -> float:
+            return round((t - t0).total_seconds() * 1000, 3)
+
+        return json.dumps([[round(xa, 2), round(xb, 2), ms(a), ms(b), int(cut)]
+                           for a, b, xa, xb, cut in self.segments])
+
     @property
     def breaks(self) -> list[tuple[float, float, str]]:
         return [(xa, xb, f"≈ {_span_text(b - a)}") for a, b, xa, xb, cut in self.segments if cut]
@@ -203,34 +238,90 @@ def collected_at(job: Any) -> list[tuple[datetime, str]]:
     return out
 
 
+def _local(ts: datetime | None) -> datetime | None:
+    """Flight Recorder times are UTC; log stamps are naive local time: compare as the latter."""
+    if ts is None:
+        return None
+    return ts.astimezone().replace(tzinfo=None) if ts.tzinfo else ts
+
+
+PTS_SCHEMA = {"ts": pl.Datetime("us"), "rank": pl.Int64, "host": pl.String, "kind": pl.String,
+              "text": pl.String}
+MAX_FR_GROUPS = 4  # process groups whose Flight Recorder position is drawn
+
+
+def flight_recorder_marks(analysis: Analysis) -> pl.DataFrame:
+    """Per rank and process group (the first few): the last completed collective and the one
+    it started and never completed, as timeline points (``PTS_SCHEMA``)."""
+    job = analysis.job
+    coll = getattr(job, "collectives", None)
+    if not isinstance(coll, pl.DataFrame) or coll.height == 0:
+        return pl.DataFrame(schema=PTS_SCHEMA)
+    from ddp_autopsy.analyzer import collectives
+
+    times: dict[tuple[int, int | None, int], datetime] = {}
+    for rank, pg, seq, created, started, completed in coll.select(
+            "rank", "pg_id", "collective_seq_id", "time_created", "time_started",
+            "time_completed").iter_rows():
+        when = completed or started or created
+        if rank is not None and seq is not None and when is not None:
+            times[(rank, pg, seq)] = when
+    rows = []
+    for g in collectives.analyze(job).groups[:MAX_FR_GROUPS]:
+        name = clean(g.label, 60)
+        for r, st in sorted(g.ranks.items()):
+            done = st.last_completed
+            if done is not None and (r, g.pg_id, done) in times:
+                call = g.calls_at(done).get(r)
+                what = call.describe() if call else f"#{done}"
+                rows.append({"ts": _local(times[(r, g.pg_id, done)]), "rank": r, "host": st.host,
+                             "kind": "fr_completed",
+                             "text": f"{name}: last completed {what}"})
+            if st.pending is not None and st.pending.time_created is not None:
+                rows.append({"ts": _local(st.pending.time_created), "rank": r, "host": st.host,
+                             "kind": "fr_pending",
+                             "text": f"{name}: started, never completed: "
+                                     f"{st.pending.describe()}"})
+    return pl.DataFrame(rows, schema=PTS_SCHEMA)
+
+
 def timeline_view(analysis: Analysis) -> TimelineView | None:
     job = analysis.job
     events = job.events
     ev = events.filter(pl.col("ts").is_not_null()) if events.height else events
+    fr = flight_recorder_marks(analysis)
+    pts = pl.concat([ev.select([pl.col(c).cast(t) for c, t in PTS_SCHEMA.items()]), fr]) \
+        if ev.height else fr
     collected = collected_at(job)
-    if ev.height == 0 or ev["ts"].n_unique() + len({t for t, _ in collected}) < 2:
+    if pts.height == 0 or pts["ts"].n_unique() + len({t for t, _ in collected}) < 2:
         return None  # one moment is no timeline (the report says so in one line)
     times = [t for t, _ in collected]
-    t0 = min([ev["ts"].min(), *times])  # type: ignore[type-var]
-    t1 = max([ev["ts"].max(), *times])  # type: ignore[type-var]
+    t0 = min([pts["ts"].min(), *times])  # type: ignore[type-var]
+    t1 = max([pts["ts"].max(), *times])  # type: ignore[type-var]
     assert isinstance(t0, datetime) and isinstance(t1, datetime)
     span = max(t1 - t0, timedelta(milliseconds=1))
     plot_right = TL_WIDTH - TL_RIGHT
     # The moments that matter for gaps: the first and last event of each fine time bin.
-    bins = ev.group_by(pl.col("ts").dt.truncate(_grain(span)).alias("_g")).agg(
+    bins = pts.group_by(pl.col("ts").dt.truncate(_grain(span)).alias("_g")).agg(
         pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi"))
     stamps = [*bins["lo"].to_list(), *bins["hi"].to_list()]
     axis = Axis([*stamps, *times], t0, t1, TL_LEFT, plot_right)
-    lane, how = _lane_expr(ev)
-    ev = ev.with_columns(
+    # Ranks whose last line has no time: shown as text in their lane (per-rank lanes only).
+    state = job.rank_state
+    untimed_last = {r: line for r, line, when in state.select(
+        "rank", "last_line", "last_time").iter_rows() if line and when is None} \
+        if state.height else {}
+    ranks = set(pts["rank"].drop_nulls().to_list()) | set(untimed_last)
+    lane, how = _lane_expr(ranks, set(pts["host"].drop_nulls().to_list()))
+    pts = pts.with_columns(
         lane.alias("_lane"),
         pl.col("kind").replace_strict(KIND_CATEGORY, default="other").alias("_cat"),
         axis.expr("ts").alias("_x"),
     )
-    px = 5.0
+    px = 0.5  # fine bins, so that zooming in separates close events; coarser when too many
     while True:
         grouped = (
-            ev.sort("ts")
+            pts.sort("ts")
             .with_columns((pl.col("_x") / px).floor().alias("_b"))
             .group_by("_lane", "_b", "_cat")
             .agg(pl.len().alias("n"), pl.col("kind").first(), pl.col("ts").first(),
@@ -242,15 +333,15 @@ def timeline_view(analysis: Analysis) -> TimelineView | None:
     verdict = analysis.verdict
     culprits = set(verdict.ranks) if verdict else set()
     lanes = set(grouped["_lane"].unique().to_list())
-    if how == "per rank":  # a silent culprit still gets its (empty) lane
-        lanes |= {f"rank {r}" for r in culprits}
+    if how == "per rank":  # a silent culprit still gets its (empty) lane; so do untimed lines
+        lanes |= {f"rank {r}" for r in culprits | set(untimed_last)}
     lanes_sorted = sorted(lanes, key=_lane_key)
     flags: list[Flag] = []
     for f in analysis.findings[:12]:
         if f.ts is not None and t0 <= f.ts <= t1:
             flags.append(Flag(axis.x(f.ts), 0, f.id, f"{f.id} {f.rule}: {clean(f.summary, 160)}",
                               "fl", f"#{f.id}", "start"))
-    failing = ev.filter(pl.col("_cat").is_in(["failure", "timeout"])).sort("ts").head(1)
+    failing = pts.filter(pl.col("_cat").is_in(["failure", "timeout"])).sort("ts").head(1)
     if failing.height:
         ts, kind, text, name = failing.select("ts", "kind", "text", "_lane").row(0)
         flags.append(Flag(axis.x(ts), 0, "first failure",
@@ -269,17 +360,30 @@ def timeline_view(analysis: Analysis) -> TimelineView | None:
         marks.append(Mark(round(x, 1), lane_y[name], cat,
                           f"{clean(name, 80)} · {ts.isoformat(sep=' ')} · {kind}{count}: "
                           f"{clean(text, MARK_TEXT)}"))
-    ticks = _ticks(axis, t0, span)
+    bars = []
+    if how == "per rank":
+        for name, ts, text, x in pts.filter(pl.col("kind") == "fr_pending").select(
+                "_lane", "ts", "text", "_x").iter_rows():
+            bars.append(Bar(round(x, 1), lane_y[name], round(plot_right - x, 1),
+                            f"{clean(name, 80)} · since {ts.isoformat(sep=' ')} · "
+                            f"{clean(text, MARK_TEXT)}"))
+    ticks = _ticks(axis, t0, span, plot_right)
     cats = dict(grouped.group_by("_cat").agg(pl.col("n").sum()).iter_rows())
-    untimed = events.height - ev.height
-    caption = (f"{ev.height:,} timestamped event{'s' if ev.height != 1 else ''} {how}, "
-               f"{t0.isoformat(sep=' ')} → {t1.isoformat(sep=' ')} ({_span_text(span)}).")
+    n_ev, n_fr = ev.height, fr.height
+    caption = (f"{n_ev:,} timestamped event{'s' if n_ev != 1 else ''}"
+               + (f" and {n_fr:,} Flight Recorder position{'s' if n_fr != 1 else ''}"
+                  if n_fr else "")
+               + f" {how}, {t0.isoformat(sep=' ')} → {t1.isoformat(sep=' ')} "
+                 f"({_span_text(span)}).")
     if axis.breaks:
         caption += " Long stretches with no event are cut (≈)."
+    untimed = events.height - ev.height
     if untimed:
         caption += (f" {untimed:,} event{'s' if untimed != 1 else ''} without a timestamp "
-                    "not shown.")
-    silent = [n for n in lanes_sorted if n not in set(grouped["_lane"].to_list())]
+                    "not shown" + (" (the last line of each rank is, in its lane)"
+                                   if how == "per rank" and untimed_last else "") + ".")
+    drawn = set(grouped["_lane"].to_list())
+    silent = [n for n in lanes_sorted if n not in drawn and _lane_rank(n) not in untimed_last]
     return TimelineView(
         width=TL_WIDTH, height=top + len(lanes_sorted) * TL_LANE + 28, left=TL_LEFT,
         right=plot_right,
@@ -289,7 +393,34 @@ def timeline_view(analysis: Analysis) -> TimelineView | None:
         caption=caption, breaks=axis.breaks,
         culprit_lanes=[lane_y[n] for n in lanes_sorted if _lane_ranks(n) & culprits],
         silent=[(lane_y[n], "no line from this rank") for n in silent],
+        bars=bars,
+        untimed=_untimed(untimed_last, lane_y, marks, plot_right) if how == "per rank" else [],
+        axis=axis.to_json(t0),
     )
+
+
+def _untimed(lines: dict[int, str], lane_y: dict[str, float], marks: list[Mark],
+             right: float) -> list[tuple[float, float, str]]:
+    """Each untimed last line in its rank's lane, after the lane's last mark (it is the last
+    line of its log, so it came after them), cut to the room left."""
+    last_x: dict[float, float] = {}
+    for m in marks:
+        last_x[m.y] = max(last_x.get(m.y, 0.0), m.x)
+    out = []
+    for r, line in sorted(lines.items()):
+        y = lane_y.get(f"rank {r}")
+        if y is None:
+            continue
+        x = last_x[y] + 10 if y in last_x else TL_LEFT + 6
+        room = int((right - x) / LABEL_CHAR_PX) - 20
+        if room >= 16:
+            out.append((round(x, 1), y, f"last line, no time: {clean(line, room)}"))
+    return out
+
+
+def _lane_rank(label: str) -> int | None:
+    m = re.match(r"rank (\d+)$", label)
+    return int(m.group(1)) if m else None
 
 
 def _lane_ranks(label: str) -> set[int]:
@@ -305,30 +436,54 @@ def _grain(span: timedelta) -> str:
     return f"{max(1, int(span.total_seconds() * 1e6 / 2000))}us"
 
 
-def _ticks(axis: Axis, t0: datetime, span: timedelta) -> list[Tick]:
-    """The start, the ends of each drawn stretch and a few between, without overlapping."""
-    cands: list[tuple[float, datetime]] = []
+def _ticks(axis: Axis, t0: datetime, span: timedelta, right: float) -> list[Tick]:
+    """The start, the ends of each drawn stretch and a few between; labels precise enough to
+    differ from their neighbours, none overlapping (each laid out by its own anchor)."""
+    cands: list[tuple[float, datetime, timedelta]] = []
     for a, b, xa, xb, cut in axis.segments:
         if cut:
             continue
         if a == b:  # one moment: its tick in the middle
-            cands.append(((xa + xb) / 2, a))
+            cands.append(((xa + xb) / 2, a, span))
             continue
         n = max(1, int((xb - xa) // 170))
-        cands += [(xa + (xb - xa) * i / n, a + (b - a) * i / n) for i in range(n + 1)]
+        cands += [(xa + (xb - xa) * i / n, a + (b - a) * i / n, (b - a) / n)
+                  for i in range(n + 1)]
     ticks: list[Tick] = []
     right_edge = -1e9
-    for x, t in sorted(cands, key=lambda c: c[0]):
+    for x, t, step in sorted(cands, key=lambda c: c[0]):
         if not ticks or span >= timedelta(minutes=1):
             label = _fmt_ts(t, span)
         else:
-            label = f"+{_span_text(t - t0)}"
-        w = len(label) * LABEL_CHAR_PX
-        if x - w / 2 < right_edge + 8:
+            label = f"+{_rel_text(t - t0, step)}"
+        if ticks and label == ticks[-1].label:
             continue
-        ticks.append(Tick(round(x, 1), label))
-        right_edge = x + w / 2
+        w = len(label) * LABEL_CHAR_PX
+        anchor = "start" if not ticks and x - w / 2 < axis.segments[0][2] else \
+            "end" if x + w / 2 > right + 20 else "middle"
+        lo = x if anchor == "start" else x - w if anchor == "end" else x - w / 2
+        if lo < right_edge + 8:
+            continue
+        ticks.append(Tick(round(x, 1), label, anchor))
+        right_edge = lo + w
     return ticks
+
+
+def _rel_text(d: timedelta, step: timedelta) -> str:
+    """``d`` in the unit _span_text would use, with the decimals ``step`` needs to show."""
+    s, st = d.total_seconds(), max(step.total_seconds(), 1e-6)
+    if s < 1:
+        unit, scale = "ms", 1000.0
+    elif s < 120:
+        unit, scale = "s", 1.0
+    elif s < 7200:
+        unit, scale = "min", 1 / 60
+    else:
+        unit, scale = "h", 1 / 3600
+    decimals = max(0, min(6, -math.floor(math.log10(st * scale)))) if st * scale < 1 else 0
+    if unit == "s" and decimals == 0 and st < 1:
+        decimals = 1
+    return f"{s * scale:.{decimals}f} {unit}"
 
 
 def _span_text(span: timedelta) -> str:

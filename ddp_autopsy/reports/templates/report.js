@@ -119,6 +119,157 @@
     });
   }
 
+  // Timeline: zoom (buttons, Ctrl + wheel, double-click) and pan (drag). Plot elements keep
+  // their plot coordinate in data-x (data-w: a width, data-c: the offset of a mark's centre);
+  // the view [v0, v1] of plot coordinates is drawn over [left, right].
+  var tl = document.getElementById("tl");
+  if (tl && tl.getAttribute("data-axis")) {
+    var SVGNS = "http://www.w3.org/2000/svg";
+    var left = parseFloat(tl.getAttribute("data-left"));
+    var right = parseFloat(tl.getAttribute("data-right"));
+    var bottom = parseFloat(tl.getAttribute("data-bottom"));
+    var segs = JSON.parse(tl.getAttribute("data-axis"));
+    var v0 = left, v1 = right;
+    var els = Array.prototype.slice.call(tl.querySelectorAll(
+      ".plot [data-x], .plot g.flag, .plot g.tk"));
+    var orig = els.map(function (el) {  // a flag or tick group: the x of its line
+      var x = el.hasAttribute("data-x") ? el.getAttribute("data-x") :
+        el.querySelector("line").getAttribute("x1");
+      return [parseFloat(x), el.hasAttribute("data-w") ?
+        parseFloat(el.getAttribute("data-w")) : null, parseFloat(el.getAttribute("data-c") || "0")];
+    });
+    var plot = tl.querySelector(".plot");
+    var ticks = tl.querySelector(".ticks");
+    var zt = document.createElementNS(SVGNS, "g");
+    zt.setAttribute("class", "zticks");
+    plot.appendChild(zt);
+    var rangeText = document.getElementById("tl-range");
+    var S = function (x) { return left + (x - v0) * (right - left) / (v1 - v0); };
+    var Sinv = function (px) { return v0 + (px - left) * (v1 - v0) / (right - left); };
+    var timeAt = function (x) {  // ms from the first moment, or null inside a cut gap
+      for (var i = 0; i < segs.length; i++) {
+        var s = segs[i];
+        if (x <= s[1] || i === segs.length - 1) {
+          if (s[4]) { return null; }
+          var f = s[1] > s[0] ? Math.min(1, Math.max(0, (x - s[0]) / (s[1] - s[0]))) : 0.5;
+          return s[2] + f * (s[3] - s[2]);
+        }
+      }
+      return null;
+    };
+    var fmt = function (ms, step) {
+      var unit = "ms", scale = 1;
+      if (ms >= 7200000) { unit = "h"; scale = 1 / 3600000; } else if (ms >= 120000) {
+        unit = "min"; scale = 1 / 60000; } else if (ms >= 1000) { unit = "s"; scale = 1 / 1000; }
+      var st = Math.max(step * scale, 1e-9);
+      var d = st < 1 ? Math.min(6, Math.max(0, -Math.floor(Math.log(st) / Math.LN10))) : 0;
+      return "+" + (ms * scale).toFixed(d) + " " + unit;
+    };
+    var drawTicks = function () {
+      while (zt.firstChild) { zt.removeChild(zt.firstChild); }
+      var zoomed = v0 > left + 1e-6 || v1 < right - 1e-6;
+      ticks.style.display = zoomed ? "none" : "";
+      if (!zoomed) { return; }
+      var n = 6, lastEnd = -1e9, prev = null;
+      for (var i = 0; i <= n; i++) {
+        var px = left + (right - left) * i / n;
+        var t = timeAt(Sinv(px));
+        var t2 = timeAt(Sinv(px + (right - left) / n));
+        if (t === null) { continue; }
+        var label = fmt(t, Math.abs((t2 === null ? t : t2) - t) || 1);
+        if (label === prev) { continue; }
+        var w = label.length * 6.2;
+        var anchor = i === 0 ? "start" : i === n ? "end" : "middle";
+        var lo = anchor === "start" ? px : anchor === "end" ? px - w : px - w / 2;
+        if (lo < lastEnd + 8) { continue; }
+        var line = document.createElementNS(SVGNS, "line");
+        line.setAttribute("x1", px); line.setAttribute("x2", px);
+        line.setAttribute("y1", bottom); line.setAttribute("y2", bottom + 4);
+        var text = document.createElementNS(SVGNS, "text");
+        text.setAttribute("x", px); text.setAttribute("y", bottom + 16);
+        text.setAttribute("text-anchor", anchor);
+        text.textContent = label;
+        zt.appendChild(line); zt.appendChild(text);
+        lastEnd = lo + w; prev = label;
+      }
+    };
+    var draw = function () {
+      for (var i = 0; i < els.length; i++) {
+        var el = els[i], o = orig[i];
+        if (o[1] !== null) {
+          var a = S(o[0]), b = S(o[0] + o[1]);
+          el.setAttribute("x", a.toFixed(2)); el.setAttribute("width", Math.max(0, b - a).toFixed(2));
+        } else if (el.tagName.toLowerCase() === "g") {
+          el.setAttribute("transform", "translate(" + (S(o[0]) - o[0]).toFixed(2) + ",0)");
+        } else {
+          el.setAttribute("x", (S(o[0] + o[2]) - o[2]).toFixed(2));
+        }
+      }
+      drawTicks();
+      var k = (right - left) / (v1 - v0);
+      tl.setAttribute("data-zoom", k.toFixed(3));
+      if (rangeText) {
+        rangeText.textContent = k > 1.001 ? "zoom ×" + (k < 10 ? k.toFixed(1) : Math.round(k)) +
+          "; drag to pan" : "drag to pan; Ctrl + wheel or double-click to zoom";
+      }
+    };
+    var MAXK = 400;
+    var setView = function (a, b) {
+      var w = Math.max(b - a, (right - left) / MAXK);
+      if (w >= right - left) { v0 = left; v1 = right; draw(); return; }
+      if (a < left) { a = left; }
+      if (a + w > right) { a = right - w; }
+      v0 = a; v1 = a + w;
+      draw();
+    };
+    var zoomAt = function (factor, px) {  // factor > 1 zooms in around screen x px
+      var c = Sinv(px), w = (v1 - v0) / factor;
+      setView(c - (px - left) / (right - left) * w, c - (px - left) / (right - left) * w + w);
+    };
+    // Screen pixels -> SVG units (the SVG scales with its box).
+    var toSvgX = function (clientX) {
+      var r = tl.getBoundingClientRect();
+      return (clientX - r.left) * tl.viewBox.baseVal.width / r.width;
+    };
+    var inPlot = function (x) { return x >= left && x <= right; };
+    document.getElementById("tl-tools").hidden = false;
+    tl.classList.add("zoomable");
+    var btns = document.querySelectorAll("#tl-tools button[data-zoom]");
+    for (var bi = 0; bi < btns.length; bi++) {
+      btns[bi].addEventListener("click", function (ev) {
+        var f = parseFloat(ev.currentTarget.getAttribute("data-zoom"));
+        if (f === 0) { setView(left, right); } else { zoomAt(f, (left + right) / 2); }
+      });
+    }
+    tl.addEventListener("wheel", function (ev) {
+      var x = toSvgX(ev.clientX);
+      if (!ev.ctrlKey || !inPlot(x)) { return; }
+      ev.preventDefault();
+      zoomAt(ev.deltaY < 0 ? 1.25 : 0.8, x);
+    }, { passive: false });
+    tl.addEventListener("dblclick", function (ev) {
+      var x = toSvgX(ev.clientX);
+      if (inPlot(x)) { ev.preventDefault(); zoomAt(ev.shiftKey ? 0.5 : 2, x); }
+    });
+    var drag = null;
+    tl.addEventListener("pointerdown", function (ev) {
+      var x = toSvgX(ev.clientX);
+      if (!inPlot(x) || ev.button !== 0) { return; }
+      drag = { x: x, v0: v0, v1: v1, moved: false };
+    });
+    window.addEventListener("pointermove", function (ev) {
+      if (!drag) { return; }
+      var dx = (toSvgX(ev.clientX) - drag.x) * (drag.v1 - drag.v0) / (right - left);
+      if (Math.abs(dx) > 0.5 && !drag.moved) { drag.moved = true; tl.classList.add("dragging"); }
+      if (drag.moved) { setView(drag.v0 - dx, drag.v1 - dx); }
+    });
+    window.addEventListener("pointerup", function () {
+      drag = null; tl.classList.remove("dragging");
+    });
+    // Paper shows the whole span.
+    window.addEventListener("beforeprint", function () { setView(left, right); });
+  }
+
   // Stack trees: expand or fold every branch.
   var toggles = document.querySelectorAll("button[data-tree]");
   for (var i = 0; i < toggles.length; i++) {
