@@ -67,7 +67,8 @@ class StaleInitFile(Rule):
                     and f["refcount"] > users:
                 yield self._overcounted(job, f, host, users, failures)
                 return
-        over = [r for r in job.rows("store_barrier_wait")
+        # More check-ins than the world size, while waiting or in the barrier's timeout.
+        over = [r for r in job.rows("store_barrier_wait", "store_clients_timeout")
                 if r["data"]["joined"] > r["data"]["world"]]
         if over:
             yield self._over_barrier(job, over, files)
