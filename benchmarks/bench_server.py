@@ -13,7 +13,9 @@ Measures, against a real ``ddp-autopsy serve`` subprocess on loopback:
   accepted, and until all are analysed;
 - ``list`` / ``search``: with ``--incidents`` rows inserted directly into the index (plus the
   ones above), the median latency of the list page 1 and page 200, and of filters by rank, host,
-  cause and full text, over HTTP (JSON API and HTML list).
+  cause and full text, over HTTP (JSON API and HTML list), as the project ``default`` (90 % of
+  the incidents) and as ``beta`` (the other 10 %, plus 50 of default's shared with it: reads
+  through the visibility filter with shares).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ WORDS = ["watchdog", "timeout", "ALLREDUCE", "OutOfMemoryError", "Connection clo
 def wait_done(url: str, incident: str, timeout: float = 1800) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        inc = httpx.get(f"{url}/api/v1/incidents/{incident}", timeout=30).json()
+        inc = httpx.get(f"{url}/api/v1/incidents/{incident}", timeout=30,
+                        headers=sh.auth(sh.TOKEN)).json()
         if inc["status"] in ("done", "error") and not inc.get("pending"):
             return inc
         time.sleep(0.05)
@@ -110,7 +113,8 @@ def fill(db_url: str, n: int, seed: int = 0) -> float:
         hosts = sorted({f"node{rng.randrange(256):03d}" for _ in range(rng.choice([1, 2, 8]))})
         words = " ".join(rng.sample(WORDS, 3))
         batch.append({
-            "id": f"{i:020x}", "created_at": now - rng.uniform(0, 90 * 86400), "updated_at": now,
+            "id": f"{i:020x}", "project": sh.PROJECT_B if i % 10 == 9 else "default",
+            "created_at": now - rng.uniform(0, 90 * 86400), "updated_at": now,
             "status": "done", "job_key": f"key:torchrun-{i}", "job_name": f"train_{i % 97}.py",
             "cause": g["cause"], "rule": g["rule"], "group_id": g["id"], "uploads": 1,
             "summary": f"Rank {ranks[0]} {words}",
@@ -125,14 +129,19 @@ def fill(db_url: str, n: int, seed: int = 0) -> float:
     with database.write() as conn:
         if batch:
             conn.execute(t.incidents.insert(), batch)
+        shared = [i for i in range(0, min(n, 1000), 7) if i % 10 != 9][:50]  # default's
+        conn.execute(t.shares.insert(), [{"incident_id": f"{i:020x}", "project": sh.PROJECT_B,
+                                          "created_at": now} for i in shared])
         t.refresh_groups(conn)
+        t.refresh_group_stats(conn)
     database.dispose()
     return time.perf_counter() - t0
 
 
-def latency(url: str, path: str, params: dict[str, Any], runs: int = 7) -> float:
+def latency(url: str, path: str, params: dict[str, Any], token: str = sh.TOKEN,
+            runs: int = 7) -> float:
     times = []
-    with httpx.Client(base_url=url, timeout=120) as c:
+    with httpx.Client(base_url=url, timeout=120, headers=sh.auth(token)) as c:
         c.get(path, params=params).raise_for_status()  # warm
         for _ in range(runs):
             t0 = time.perf_counter()
@@ -141,21 +150,28 @@ def latency(url: str, path: str, params: dict[str, Any], runs: int = 7) -> float
     return round(statistics.median(times) * 1000, 1)
 
 
-QUERIES: list[tuple[str, str, dict[str, Any]]] = [
-    ("list, page 1", "/api/v1/incidents", {}),
-    ("list, page 200", "/api/v1/incidents", {"page": 200}),
-    ("list page (HTML)", "/", {}),
-    ("rank = 37", "/api/v1/incidents", {"rank": 37}),
-    ("host = node042", "/api/v1/incidents", {"host": "node042"}),
-    ("cause + rule", "/api/v1/incidents", {"cause": "rank_crashed", "rule": "R007"}),
-    ("text 'OutOfMemoryError'", "/api/v1/incidents", {"q": "OutOfMemoryError"}),
-    ("text, no match", "/api/v1/incidents", {"q": "no-such-words-anywhere"}),
-    ("groups, page 1", "/api/v1/groups", {}),
+A, B = sh.TOKEN, sh.TOKEN_B
+QUERIES: list[tuple[str, str, dict[str, Any], str]] = [
+    ("list, page 1", "/api/v1/incidents", {}, A),
+    ("list, page 200", "/api/v1/incidents", {"page": 200}, A),
+    ("list page (HTML)", "/", {}, A),
+    ("rank = 37", "/api/v1/incidents", {"rank": 37}, A),
+    ("host = node042", "/api/v1/incidents", {"host": "node042"}, A),
+    ("cause + rule", "/api/v1/incidents", {"cause": "rank_crashed", "rule": "R007"}, A),
+    ("text 'OutOfMemoryError'", "/api/v1/incidents", {"q": "OutOfMemoryError"}, A),
+    ("text, no match", "/api/v1/incidents", {"q": "no-such-words-anywhere"}, A),
+    ("groups, page 1", "/api/v1/groups", {}, A),
+    ("beta: list, page 1", "/api/v1/incidents", {}, B),
+    ("beta: list, page 20", "/api/v1/incidents", {"page": 20}, B),
+    ("beta: rank = 37", "/api/v1/incidents", {"rank": 37}, B),
+    ("beta: text 'OutOfMemoryError'", "/api/v1/incidents", {"q": "OutOfMemoryError"}, B),
+    ("beta: groups, page 1", "/api/v1/groups", {}, B),
 ]
 
 
 def bench_search(server: sh.Server) -> dict[str, float]:
-    return {name: latency(server.url, path, params) for name, path, params in QUERIES}
+    return {name: latency(server.url, path, params, token)
+            for name, path, params, token in QUERIES}
 
 
 def run_backend(name: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:

@@ -457,7 +457,11 @@ def test_pages_in_chromium(backend: Backend, server: sh.Server,
             page = browser.new_page()
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
             page.on("request", lambda r: requests.append(r.url))
-            page.goto(server.url + "/")
+            page.goto(server.url + "/")  # the login form first: reads need a token
+            assert page.url.startswith(server.url + "/login")
+            page.fill("input[name=token]", sh.TOKEN)
+            page.click("#login button[type=submit]")
+            page.wait_for_url(server.url + "/")
             assert page.locator("tr.incident").count() >= 4
             ids = [page.locator("tr.incident").nth(i).get_attribute("data-id")
                    for i in range(page.locator("tr.incident").count())]
@@ -597,5 +601,49 @@ def test_upload_cli_reports_a_missing_path(server: sh.Server, tmp_path: Path) ->
 def test_openapi_documents_the_api(server: sh.Server) -> None:
     spec = server.get("/openapi.json").json()
     for path in ("/api/v1/uploads", "/api/v1/incidents", "/api/v1/incidents/{incident_id}",
-                 "/api/v1/groups", "/api/v1/groups/{group_id}/note"):
+                 "/api/v1/incidents/{incident_id}/shares", "/api/v1/groups",
+                 "/api/v1/groups/{group_id}/note"):
         assert path in spec["paths"]
+
+
+def test_readme_two_command_start(tmp_path: Path) -> None:
+    """The README's local server and upload, verbatim but for the port (8750 may be taken on a
+    test machine) and the bundle path: the permalink it prints opens once logged in."""
+    import re
+    import shutil
+
+    readme = (TESTS.parent / "README.md").read_text()
+    block = readme.split("**5. Keep them", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    serve, upload = block.strip().splitlines()
+    install, serve = serve.split(" && ", 1)
+    assert install == "pip install 'ddp-autopsy[server]'"
+    assert re.search(r"^server = \[", (TESTS.parent / "pyproject.toml").read_text(), re.M)
+    assert serve.startswith("ddp-autopsy serve ") and upload.startswith("ddp-autopsy upload ")
+    node = tmp_path / "autopsy" / "node0"
+    node.mkdir(parents=True)
+    shutil.copy(CORPUS / "pt-001" / "train.log", node / "train.log")
+    port = sh.free_port()
+    env = {**os.environ, "TOKEN": "readme-token-42",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(["bash", "-c", f"exec {serve} --port {port}"], cwd=tmp_path,
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        sh.wait_http(f"{url}/healthz", proc, what="the README's serve", log=log)
+        cmd = upload.replace("/shared/autopsy/", f"{tmp_path}/autopsy/") \
+            .replace("http://127.0.0.1:8750", url)
+        r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=180)
+        assert r.returncode == 0, r.stderr
+        link = re.search(r"http://\S+/i/[0-9a-f]{20}", r.stdout)
+        assert link and "new incident" in r.stdout, r.stdout
+        assert (tmp_path / "autopsy-data" / "index.sqlite3").is_file()
+        assert httpx.get(link.group(0)).status_code == 303  # the login form first
+        with httpx.Client() as c:
+            c.post(f"{url}/login", data={"token": "readme-token-42", "next": "/"})
+            assert c.get(link.group(0)).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(15)
