@@ -285,6 +285,32 @@ def test_run_torchrun_dataloader_hang(tmp_path: Path) -> None:
 
 
 @pytest.mark.scenario
+def test_run_spawn_dataloader_hang_stacks_from_faulthandler(tmp_path: Path) -> None:
+    """py-spy fails (``DDP_AUTOPSY_PYSPY`` names a program that fails); the job registered
+    faulthandler on SIGUSR1 and declares it. The samples and the bundle's stacks come from
+    faulthandler: detected within the budget, the same verdict as with py-spy, and the dumps the
+    watcher caused in the job's log are not taken for progress."""
+    with tagged_env() as (env, started, _tag):
+        env.update({"DDP_AUTOPSY_PYSPY": "/bin/false", "DDP_AUTOPSY_FAULTHANDLER": "SIGUSR1"})
+        _code, evs, out = watch_run(tmp_path, env, started,
+                                    spawn("dataloader", "--faulthandler"),
+                                    "--hang-after", str(HANG_AFTER), "--once",
+                                    "--kill-after", "0")
+        verdict = check_hang(out, evs, out / "console.log")
+        assert verdict["cause"] == "rank_stuck_outside_collective", verdict
+        assert verdict["ranks"] == [1]
+        fallback = one(evs, "fallback")
+        assert fallback["source"] == "faulthandler" and "SIGUSR1" in fallback["message"]
+        assert "__getitem__" in one(evs, "hang")["where"]["rank 1"]
+        # the samples really were faulthandler dumps in the job's own log
+        assert (out / "console.log").read_text().count("(most recent call first):") >= 6
+        report = json.loads(Path(verdict["report"]).read_text())
+        said = [f for f in report["findings"] if f["rule"] == "AUT003"]
+        assert said and "faulthandler" in said[0]["summary"], report["findings"]
+        assert report["stacks"]["processes"] >= 2
+
+
+@pytest.mark.scenario
 def test_watch_pid_spawn_barrier_on_rank0_only(tmp_path: Path) -> None:
     """``watch --pid`` attached to an mp.spawn job that was started without it."""
     with tagged_env() as (env, started, _tag):

@@ -184,8 +184,11 @@ def _serialized() -> Any:
 
 def take(pid: int, env: Mapping[str, str] | None, timeout: float = 5.0,
          own_env: Mapping[str, str] | None = None) -> Dump:
-    """Trigger the job's faulthandler in ``pid`` and read its dump back (see the module doc)."""
+    """Trigger the job's faulthandler in ``pid`` and read its dump back (see the module doc).
+    ``env``: the process's environment (read from ``/proc`` when None)."""
     own_env = os.environ if own_env is None else own_env
+    if env is None:
+        env = procs.read_environ(pid)[0]
     sig, who = declared(env, own_env)
     if sig is None:
         return Dump("unavailable", who)
