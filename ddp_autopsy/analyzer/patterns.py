@@ -822,7 +822,8 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|(?:peer (?P<peer3>\S+) )?collective mismatch error,? local size (?P<want2>\d+),? remote "
         r"(?:size )?(?P<got2>\d+)"
         # bootstrap (all versions): "Message truncated : received 4096 bytes instead of 2048"
-        r"|Message truncated : received (?P<got3>\d+)(?:,\d+)? bytes instead of (?P<want3>\d+))",
+        r"|(?P<bootstrap>Message truncated) : received (?P<got3>\d+)(?:,\d+)? bytes instead of "
+        r"(?P<want3>\d+))",
         got=int,
         want=int,
         size=int,

@@ -2,7 +2,8 @@
 
 ## What it detects
 NCCL's "NET/Socket : peer 10.0.0.2<4125> message truncated : receiving 1048576 bytes instead of
-65536" (2.12.10+) and its InfiniBand form "peer … posted incorrect receive info: size …".
+65536" (2.12.10+) and its InfiniBand form "peer … posted incorrect receive info: size …". Not
+the bootstrap's "Message truncated : received N bytes instead of M" of communicator set-up.
 
 ## Why it hangs or kills the job
 A truncated message means two ranks ran the same collective with different sizes (a tensor
@@ -39,7 +40,11 @@ class NcclSizeMismatch(Rule):
     severity = "critical"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        truncated = job.rows("nccl_message_truncated")
+        # A bootstrap message of the wrong size is exchanged while communicators are set up,
+        # before any collective: different NCCL builds (ENV001 when the versions show) or an
+        # NCCL bug, not ranks disagreeing on a collective.
+        truncated = [r for r in job.rows("nccl_message_truncated")
+                     if not r["data"].get("bootstrap")]
         if truncated:
             d = truncated[0]["data"]
             sizes = (f": {d['got']} bytes arrived where {d['want']} were expected"
