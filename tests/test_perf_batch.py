@@ -1,0 +1,107 @@
+"""Many small files are read ahead and sifted many to a batch (``events.Presifter``): the events,
+notes and inputs must be exactly those of reading each file on its own.
+
+The input is every log of the corpus and the rule cases, side by side in one directory, plus
+files made to take every way out of the batch (no final newline, NUL bytes, byte-order marks,
+invalid UTF-8, ANSI colours, py-spy dumps, a Flight Recorder name, an empty file, a file
+larger than a batch, a compressed one)."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from ddp_autopsy.analyzer import events, job
+
+ROOT = Path(__file__).parent
+PYSPY = (b"Process 4242: python train.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n"
+         b"Thread 4242 (idle): \"MainThread\"\n    wait (threading.py:320)\n")
+
+
+def _inputs(root: Path) -> Path:
+    out = root / "logs"
+    out.mkdir()
+    n = 0
+    for case in sorted([*ROOT.glob("corpus/*/"), *ROOT.glob("rules/cases/*/")]):
+        for f in sorted(case.rglob("*")):
+            if f.is_file() and f.name not in ("truth.json", "expect.json", "SOURCE.md"):
+                d = out / f"{n:04d}-{case.name}"
+                d.mkdir()
+                shutil.copy(f, d / f.name)
+                n += 1
+    odd = out / "odd"
+    odd.mkdir()
+    oom = b"[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    (odd / "no-newline.log").write_bytes(oom.rstrip(b"\n"))
+    (odd / "nul.log").write_bytes(b"\x00" * 100 + oom)
+    (odd / "bom.log").write_bytes(b"\xef\xbb\xbf" + oom)
+    (odd / "utf16.log").write_bytes(oom.decode().encode("utf-16"))
+    (odd / "latin1.log").write_bytes(b"caf\xe9 " + oom)
+    (odd / "ansi.log").write_bytes(b"\x1b[31m" + oom.rstrip(b"\n") + b"\x1b[0m\n")
+    (odd / "crlf.log").write_bytes(oom.replace(b"\n", b"\r\n") * 3)
+    (odd / "zlib-like.log").write_bytes(b"x^2 is not a header\n" + oom)
+    (odd / "stack.txt").write_bytes(PYSPY)
+    (odd / "nccl_trace_rank_0").write_bytes(b"")
+    (odd / "empty.log").write_bytes(b"")
+    (odd / "blank.log").write_bytes(b"\n\n  \n")
+    (odd / "big.log").write_bytes(b"step 1 | loss 2.5\n" * (events.SMALL_FILE // 18 + 10) + oom)
+    (odd / "gz.log.gz").write_bytes(gzip.compress(oom))
+    return out
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _inputs(tmp_path_factory.mktemp("batch"))
+
+
+def _load(path: Path, monkeypatch: pytest.MonkeyPatch, *, presift: bool,
+          batch_bytes: int = events.BATCH_BYTES) -> job.Job:
+    with monkeypatch.context() as m:
+        m.setattr(job, "PRESIFT_FILES", 2 if presift else 10**9)
+        m.setattr(events, "BATCH_BYTES", batch_bytes)
+        return job.load([path])
+
+
+def _same(a: job.Job, b: job.Job) -> None:
+    assert_frame_equal(a.events, b.events)
+    assert [n.to_dict() for n in a.notes] == [n.to_dict() for n in b.notes]
+    assert [r.to_dict() for r in a.inputs] == [r.to_dict() for r in b.inputs]
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 256 << 10, events.BATCH_BYTES])
+def test_batched_reading_equals_reading_each_file(inputs: Path, batch_bytes: int,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    alone = _load(inputs, monkeypatch, presift=False)
+    assert alone.events.height > 500 and len(alone.inputs) > 150
+    _same(alone, _load(inputs, monkeypatch, presift=True, batch_bytes=batch_bytes))
+
+
+def test_every_way_out_of_the_batch_is_taken(inputs: Path) -> None:
+    """What a batch cannot read exactly as a file alone is read is left to the caller."""
+    files = [(p, lambda p=p: p.open("rb"), p.stat().st_size)
+             for p in sorted((inputs / "odd").iterdir())]
+    with events.Presifter(files, lambda head, key: not key.name.startswith("stack")) as ahead:
+        batched = {p.name for p, _, _ in files if ahead.take(p) is not None}
+    assert batched == {"latin1.log", "ansi.log", "crlf.log", "zlib-like.log", "blank.log"}
+
+
+def test_reader_stops_when_left_early(inputs: Path) -> None:
+    files = [(p, lambda p=p: p.open("rb"), p.stat().st_size)
+             for p in sorted(inputs.rglob("*.log"))]
+    with events.Presifter(files, lambda head, key: True) as ahead:
+        assert ahead.take(files[0][0]) is not None
+    assert ahead._thread is not None and not ahead._thread.is_alive()
+
+
+def test_latin1_batch_is_noted_per_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Invalid UTF-8 in one file of a batch: only that file is noted."""
+    for i in range(6):
+        (tmp_path / f"{i}.log").write_bytes(b"ok line\n" if i != 3 else b"caf\xe9\n")
+    loaded = _load(tmp_path, monkeypatch, presift=True)
+    assert [n.path.rsplit("/", 1)[-1] for n in loaded.notes] == ["3.log"]
+    assert pl.DataFrame([r.to_dict() for r in loaded.inputs])["lines"].to_list() == [1] * 6
