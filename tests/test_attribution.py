@@ -165,3 +165,10 @@ def test_a_rank_paired_with_another_local_rank_shows_a_second_node() -> None:
     text = "\n".join([f"[default1]:[rank5]:{WATCHDOG.format(r=5)}", FAILED.format(lr=3)])
     df = A.resolve(frame(("out.log", text, {})))
     assert ranks(df, "worker_failed") == [(None, None)]
+
+
+def test_a_launch_for_two_nodes_keeps_local_ranks_local() -> None:
+    text = "\n".join(["torchrun --nnodes=2 --nproc-per-node=4 train.py", FAILED.format(lr=2)])
+    df = A.resolve(frame(("out.log", text, {})))
+    assert ranks(df, "worker_failed") == [(None, None)]
+    assert A.declared_nodes(df) == 2

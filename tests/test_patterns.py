@@ -187,6 +187,10 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     # torch before 1.6: no NCCL version after the error string
     ("nccl_error", "RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:272, "
      "unhandled system error", {"estr": "unhandled system error"}),
+    # the node count a launch asked for (a pasted command line, torchelastic's launch config)
+    ("launch_nodes", "python -m torch.distributed.launch --nnode=2 --node_rank=1 "
+     "--nproc_per_node=1 train.py", {"n": 2}),
+    ("launch_nodes", "torchrun --nnodes 1:4 --nproc-per-node 8 train.py", {"n": 1, "max": 4}),
     # SLURM (src/srun, task/cgroup): a task's end, and the cgroup OOM handler
     ("srun_task_failed", "srun: error: nid001: task 3: Exited with exit code 1",
      {"node": "nid001", "tasks": "3", "exitcode": 1}),

@@ -23,6 +23,8 @@ Unknown stays unknown: a writer whose lines name two ranks is left alone.
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 
 #: Cues under which a row's rank is its writer's own (not about another process).
@@ -152,10 +154,25 @@ def _one_node(df: pl.DataFrame, processes: pl.DataFrame | None) -> pl.DataFrame:
         hosts |= set(processes["host"].drop_nulls().str.extract(r"^([^.]+)").to_list())
     paired = df.filter(pl.col("rank").is_not_null() & pl.col("_local").is_not_null()
                        & (pl.col("rank") != pl.col("_local")))
-    if len(hosts) > 1 or paired.height:
+    if len(hosts) > 1 or paired.height or declared_nodes(df) > 1:
         return df.drop("_local")
     fill = pl.col("rank").is_null() & pl.col("_local").is_not_null()
     return df.with_columns(
         pl.when(fill).then(pl.lit(ONE_NODE_CUE)).otherwise(pl.col("cue")).alias("cue"),
         pl.coalesce("rank", "_local").alias("rank"),
     ).drop("_local")
+
+
+def declared_nodes(events: pl.DataFrame) -> int:
+    """The most nodes a launch in the inputs asked for (``--nnodes=2``, torchelastic's
+    ``min_nodes : 2``; a ``--node_rank`` of N means at least N + 1), else 1."""
+    rows = events.filter(pl.col("kind") == "launch_nodes")
+    if rows.height == 0:
+        return 1
+    counts = [1]
+    for text in rows["data"].drop_nulls().to_list():
+        d = json.loads(text)
+        counts += [d[k] for k in ("n", "max") if isinstance(d.get(k), int)]
+        if isinstance(d.get("node_rank"), int):
+            counts.append(d["node_rank"] + 1)
+    return max(counts)

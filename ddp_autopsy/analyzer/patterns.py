@@ -702,7 +702,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "nccl_interface",
         ("Bootstrap : Using", "Bootstrap: Using", "NET/Socket : Using", "; OOB "),
-        r"(?:Bootstrap ?: Using|NET/Socket : Using \[\d+\]|; OOB) ?"
+        r"(?:Bootstrap ?: Using|NET/Socket : Using|; OOB) ?(?:\[\d+\])?"
         r"(?P<ifname>[^:\s]+(?::(?![0-9a-fA-F]*:)[A-Za-z][\w.-]*)?):(?P<addr>[^\s<]+)<(?P<port>\d+)>",
     ),
     # NCCL §3.1 / §3.3: rank-to-rank connections refused, timed out, wrong magic, proxy calls.
@@ -763,6 +763,18 @@ PATTERNS: tuple[Pattern, ...] = (
         "socket_ifname",
         ("SOCKET_IFNAME set",),
         r"(?P<var>NCCL_SOCKET_IFNAME|GLOO_SOCKET_IFNAME) set (?:by environment )?to (?P<value>\S+)",
+    ),
+    # How many nodes the launch asked for, from a pasted command line or torchelastic's launch
+    # configuration: "--nnodes=2", "--nnodes 1:4", "--nnode=2" (argparse takes the prefix),
+    # "--node_rank=1", and the agent's "min_nodes : 2".
+    _p(
+        "launch_nodes",
+        ("--nnode", "--node_rank", "--node-rank", "min_nodes"),
+        r"--nnodes?[= ](?P<n>\d+)(?::(?P<max>\d+))?|--node[_-]rank[= ](?P<node_rank>\d+)"
+        r"|\bmin_nodes\s*:\s*(?P<n2>\d+)",
+        n=int,
+        max=int,
+        node_rank=int,
     ),
     # NCCL §3.5
     _p(
@@ -992,6 +1004,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "backend_device_mismatch": {"failure"},
     "no_socket_interface": {"failure"},
     "socket_ifname": {"info"},
+    "launch_nodes": {"info"},
     "nccl_interface": {"info"},
     "nccl_version": {"info"},
     "nccl_version_mismatch": {"failure"},

@@ -33,6 +33,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterator
 
+from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of
 
@@ -66,13 +67,14 @@ class LoopbackAddress(Rule):
             hosts |= {h for hs in job.ranks["hosts"].to_list() for h in hs}
         gloo = [r for r in job.rows("gloo_connect_failure") if r["data"].get("addr")]
         alias = [r for r in gloo if r["data"]["addr"].startswith("127.0.1.")]
-        if len(hosts) < 2 and not alias:
+        nodes = max(len(hosts), declared_nodes(job.events))
+        if nodes < 2 and not alias:
             return  # on one host, loopback is fine
         bad = [(r, kind) for r in rows
                if (kind := unreachable_kind(r["data"]["addr"], r["data"]["ifname"]))]
         bad += [(r, "loopback: the host name's /etc/hosts alias" if r in alias else kind)
                 for r in gloo if (kind := unreachable_kind(r["data"]["addr"]))
-                and (r in alias or len(hosts) >= 2)]
+                and (r in alias or nodes >= 2)]
         probes = [(b, p) for b in job.bundles for p in b.probes
                   if any(str(a).startswith("127.") for a in p.get("addresses") or [])]
         if not bad and not probes:
@@ -87,7 +89,8 @@ class LoopbackAddress(Rule):
             evidence.append(Evidence(path=f"{b.display}/network/probe.json", line=None,
                                      text=f"{p.get('master_addr')} -> {p.get('addresses')}",
                                      host=b.manifest.get("host")))
-        where = f"A {len(hosts)}-host job" if len(hosts) >= 2 else "The job"
+        where = f"A {len(hosts)}-host job" if len(hosts) >= 2 else \
+            f"A {nodes}-node job" if nodes >= 2 else "The job"
         yield self.finding(
             f"{where} communicates over addresses the other hosts cannot reach: "
             f"{'; '.join(parts[:4])}.",
