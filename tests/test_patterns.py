@@ -257,7 +257,12 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      "retrying", {"err": "Connection refused"}),  # 2.4-2.15
     ("nccl_collective_mismatch", "gpu1:1:1 [0] init.cc:208 NCCL WARN Your program may be hanging, "
      "this may be caused by a collective mismatch around rank 3. Please check your collective "
-     "calls at and around this rank.", {"rank": 3}),
+     "calls at and around this rank.", {"around": 3}),
+    ("nccl_collective_mismatch", "init.cc:1247 NCCL WARN Mismatched collective detected, please "
+     "check your collective calls at and around rank 39. You can use NCCL_DEBUG=INFO and "
+     "NCCL_DEBUG_SUBSYS=COLL to see the collective logs", {"around": 39}),
+    ("nccl_invalid_rank", "worker-1:25:25 [0] init.cc:981 NCCL WARN Invalid rank requested : 2/2",
+     {"asked": 2, "nranks": 2}),
     ("nccl_message_truncated", "gpu2:1:1 [3] transport/net_ib.cc:1213 NCCL WARN NET/IB : req 1/1 "
      "tag 7 peer 10.0.0.1<41203> collective mismatch error, local size 1048576 remote size 524288",
      {"want": 1048576, "got": 524288}),

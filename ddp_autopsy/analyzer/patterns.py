@@ -848,9 +848,22 @@ PATTERNS: tuple[Pattern, ...] = (
     # collective mismatch around rank 3. Please check your collective calls at and around ..."
     _p(
         "nccl_collective_mismatch",
-        "may be caused by a collective mismatch around rank",
-        r"may be caused by a collective mismatch around rank (?P<rank>\d+)",
-        rank=int,
+        ("may be caused by a collective mismatch around rank", "Mismatched collective detected"),
+        r"may be caused by a collective mismatch around rank (?P<around>\d+)"
+        # NCCL 2.4-2.6's own check: "Mismatched collective detected, please check your collective
+        # calls at and around rank 39."
+        r"|Mismatched collective detected, please check your collective calls at and around rank "
+        r"(?P<around2>\d+)",
+        around=int,
+    ),
+    # NCCL init: "Invalid rank requested : 2/2" (a rank not below the communicator's size: the
+    # RANK / WORLD_SIZE handed to the job disagree)
+    _p(
+        "nccl_invalid_rank",
+        "Invalid rank requested",
+        r"Invalid rank requested : (?P<asked>-?\d+)/(?P<nranks>\d+)",
+        asked=int,
+        nranks=int,
     ),
     # NCCL §3.3: ranks disagree about the communicator at bootstrap (world size, roots): every
     # rank then hangs in init. "Bootstrap Root : mismatch in rank count from procs 4 : 8".
@@ -1015,6 +1028,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "network_error": {"failure"},
     "nccl_message_truncated": {"failure"},
     "nccl_bootstrap_mismatch": {"failure"},
+    "nccl_invalid_rank": {"failure"},
     "cuda_failure": {"failure"},
     "listen_failed": {"failure"},
     "store_barrier_wait": {"info"},

@@ -4,7 +4,10 @@
 Ranks disagree on the collective they are in: TORCH_DISTRIBUTED_DEBUG=DETAIL's "Detected
 mismatch between collectives on ranks" (op type, tensor shape, dtype or sequence number
 differ), or watchdog timeouts where ranks report different operations for the same sequence
-number (e.g. rank 0 in REDUCE #3742816 while the others are in _ALLGATHER_BASE #3742816).
+number (e.g. rank 0 in REDUCE #3742816 while the others are in _ALLGATHER_BASE #3742816), or
+NCCL's own check: "Mismatched collective detected, please check your collective calls at and
+around rank 39" (2.4-2.6), "Your program may be hanging, this may be caused by a collective
+mismatch around rank 3".
 
 ## Why it hangs or kills the job
 Collectives are matched by order: when one rank calls broadcast where the others call
@@ -65,6 +68,20 @@ class CollectiveMismatch(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         yield from self._fingerprints(job)
         yield from self._watchdog_ops(job)
+        yield from self._nccl_check(job)
+
+    def _nccl_check(self, job: Job) -> Iterator[Finding]:
+        """NCCL's own check: "... collective mismatch around rank N" (a rank that called a
+        different collective, or in a different order, than its peers)."""
+        rows = job.rows("nccl_collective_mismatch")
+        if not rows:
+            return
+        around = sorted({r["data"]["around"] for r in rows if "around" in r["data"]})
+        yield self.from_rows(
+            rows, f"NCCL found mismatched collectives around {rank_phrase(around)}: the ranks "
+            "called different collectives, or the same ones in a different order or with "
+            "different sizes.", shown=2, ranks=around, confidence=0.75,
+            details={"around": around})
 
     def _fingerprints(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("collective_fingerprint_mismatch")

@@ -7,7 +7,8 @@ framework's view of the job that contradicts the launcher's: e.g. Lightning's "i
 ddp: GLOBAL_RANK: 1, MEMBER: 2/4" printed twice for rank 1 while ranks 2 and 3 never appear
 (two nodes both started as ranks 0-1 of a 4-rank job). NCCL's bootstrap root says the same
 when ranks build a communicator of different sizes: "Bootstrap Root : mismatch in rank count
-from procs 4 : 8" (≤2.22), "mismatch in info from procs, nranks 4 vs 8" (2.23+).
+from procs 4 : 8" (≤2.22), "mismatch in info from procs, nranks 4 vs 8" (2.23+), and NCCL's
+init refuses a rank outside the communicator: "Invalid rank requested : 2/2".
 
 ## Why it hangs or kills the job
 Ranks that disagree on the world size or the master wait for peers that will never come (or
@@ -54,6 +55,19 @@ class ConfigMismatch(Rule):
         yield from self._env(job)
         yield from self._announcements(job)
         yield from self._nccl_bootstrap(job)
+        yield from self._nccl_invalid_rank(job)
+
+    def _nccl_invalid_rank(self, job: Job) -> Iterator[Finding]:
+        """NCCL init refused a rank not below the communicator's size."""
+        rows = job.rows("nccl_invalid_rank")
+        if not rows:
+            return
+        d = rows[0]["data"]
+        yield self.from_rows(
+            rows, f"A process asked NCCL for rank {d['asked']} of a communicator of "
+            f"{d['nranks']} ranks: the rank and world size the job was given disagree (ranks "
+            f"run from 0 to {d['nranks'] - 1}).", shown=2, confidence=0.8,
+            details={"asked": d["asked"], "nranks": d["nranks"]})
 
     def _nccl_bootstrap(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("nccl_bootstrap_mismatch")
