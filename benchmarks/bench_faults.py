@@ -123,12 +123,13 @@ def write_doc(results: dict[str, dict]) -> dict[str, int]:
         "link drop, or the launch for start-up faults) to the verdict.",
         "",
         "**Limits of the harness.** In `logs` mode a launcher that never gives up is read once "
-        "no log grew for 10 s (at least 25 s after the fault): start-up faults whose own "
-        "timeouts are longer (the rendezvous join timeout, a TCPStore connect retried behind a "
-        "DROP rule) may show no failure line yet, so a silent verdict there can be the "
-        "harness's doing. Faults made with DETAIL end the job with an error on every rank, so "
-        "they have no `live`/`fr` cells. Ranks are checked to be on the node the position "
-        "names; a mismatch is a harness note in the cell.",
+        "its logs, not empty, grew no more for 10 s (at least 25 s after the fault; 60 s after "
+        "the launch for start-up faults, whose TCPStore connect is tried twice with a 20 s "
+        "timeout): a failure whose own timeout is longer still may show no failure line yet, "
+        "so a silent verdict there can be the harness's doing. Faults made with DETAIL end "
+        "the job with an error on every rank, so they have no `live`/`fr` cells. Ranks are "
+        "checked to be on the node the position names; a mismatch is a harness note in the "
+        "cell.",
         "",
         "## What counts as the right cause",
         "",

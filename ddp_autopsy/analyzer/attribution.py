@@ -14,7 +14,10 @@ from such a mapping, and only when it is unambiguous; the ``cue`` column says wh
 3. within a file, a writer (its prefixes, and its pid when known) maps to the one rank its
    ranked lines name; across files, (host, pid) does (NCCL ``host:pid:tid`` prefixes,
    NCCL_DEBUG_FILE names, torchelastic failure summaries, collect bundles);
-4. when the inputs show one node only (one host at most, and no line pairs a rank with a
+4. per file, one agent's torchelastic failure summary pairs local ranks with ranks
+   (``rank : 2 (local_rank: 0)``): that file's ``[default0]:`` lines are rank 2's, when the
+   summary names one host and no ranked line of the file pairs a local rank otherwise;
+5. when the inputs show one node only (one host at most, and no line pairs a rank with a
    different local rank), a local rank is the rank: ``[default3]:`` prefixes, torchelastic's
    ``failed (exitcode: -9) local_rank: 3``, DeepSpeed's ``'--local_rank=3' ... exits``.
 
@@ -40,6 +43,7 @@ STREAM_CUE = "launcher prefix mapped via [rankN] lines"
 PID_CUE = "same process (pid) as ranked lines"
 SUMMARY_CUE = "torchelastic failure summary"
 ONE_NODE_CUE = "local rank on the only node the inputs show"
+SUMMARY_LOCAL_CUE = "local rank named by the file's torchelastic failure summary"
 #: Rows whose host, pid and rank describe one process, though another one wrote the line.
 PROCESS_CUES = (*WRITER_CUES, SUMMARY_CUE, TASK_CUE, SLOT_CUE, NCCL_CUE)
 
@@ -74,7 +78,7 @@ def resolve(events: pl.DataFrame, processes: pl.DataFrame | None = None) -> pl.D
         ).filter(pl.col("rank").is_not_null())
     df = _fill(df, ["_host", "pid"], pl.col("cue").is_in([*PROCESS_CUES, PID_CUE]), PID_CUE,
                extra)
-    return _one_node(df, processes).drop(_TMP)
+    return _one_node(_summary_locals(df), processes).drop(_TMP)
 
 
 def _fill(df: pl.DataFrame, keys: list[str], known: pl.Expr, cue: str,
@@ -161,6 +165,34 @@ def _one_node(df: pl.DataFrame, processes: pl.DataFrame | None) -> pl.DataFrame:
         pl.when(fill).then(pl.lit(ONE_NODE_CUE)).otherwise(pl.col("cue")).alias("cue"),
         pl.coalesce("rank", "_local").alias("rank"),
     ).drop("_local")
+
+
+def _summary_locals(df: pl.DataFrame) -> pl.DataFrame:
+    """Per file: local ranks to the ranks its one agent's failure summary pairs them with."""
+    summary = df.filter((pl.col("kind") == "elastic_failure") & pl.col("rank").is_not_null())
+    if summary.height == 0:
+        return df
+    summary = summary.with_columns(pl.col("data").str.json_path_match("$.local_rank")
+                                   .cast(pl.Int64, strict=False).alias("local_rank"))
+    one_host = (summary.group_by("source").agg(pl.col("_host").drop_nulls().n_unique()
+                                                .alias("_n"))
+                .filter(pl.col("_n") <= 1).select("source"))
+    mapping = (summary.join(one_host, on="source").filter(pl.col("local_rank").is_not_null())
+               .group_by("source", "local_rank").agg(pl.col("rank").unique().alias("_ranks"))
+               .filter(pl.col("_ranks").list.len() == 1)
+               .select("source", "local_rank", pl.col("_ranks").list.first().alias("_mapped")))
+    if mapping.height == 0:
+        return df
+    df = df.join(mapping, on=["source", "local_rank"], how="left", maintain_order="left")
+    # A file whose ranked lines pair a local rank with another rank holds more than one node.
+    clash = df.filter(pl.col("rank").is_not_null() & pl.col("_mapped").is_not_null()
+                      & (pl.col("rank") != pl.col("_mapped")))["source"].unique()
+    fill = (pl.col("rank").is_null() & pl.col("_mapped").is_not_null()
+            & ~pl.col("source").is_in(clash.implode()))
+    return df.with_columns(
+        pl.when(fill).then(pl.lit(SUMMARY_LOCAL_CUE)).otherwise(pl.col("cue")).alias("cue"),
+        pl.when(fill).then(pl.col("_mapped")).otherwise(pl.col("rank")).alias("rank"),
+    ).drop("_mapped")
 
 
 def declared_nodes(events: pl.DataFrame) -> int:

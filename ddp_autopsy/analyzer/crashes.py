@@ -3,6 +3,13 @@
 A rank crashed when an active event tagged ``crash`` (an exception, a torchelastic failure entry,
 a failed spawn, an OOM) is attributed to it, by its prefix or by the rank field of a torchelastic
 summary entry.
+
+A worker that its own launcher stopped did not crash: after one worker fails, torchelastic sends
+the others ``Sending process PID closing signal SIGTERM`` (then SIGKILL to those that do not stop:
+``Unable to shutdown process PID via 15, forcefully exiting via 9``), and its failure summary then
+lists them with exit code -15 or -9. Such an entry (same process id as a closing signal its
+launcher sent, in the same log or on the same host) is the teardown, not a crash; the rank is in
+``stopped`` instead, so a rank frozen or busy when the others failed is not called crashed.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ if TYPE_CHECKING:
     from ddp_autopsy.analyzer.job import Job
 
 CRASH_KINDS: tuple[str, ...] = kinds_tagged("crash")
+#: Exit codes of a process ended by its launcher's SIGTERM or SIGKILL.
+TEARDOWN_EXITS = (-15, -9)
 
 
 @dataclass(frozen=True)
@@ -27,9 +36,33 @@ class Crashes:
     ranks: frozenset[int] = frozenset()
     #: The crash events themselves (active rows only), in input order.
     events: pl.DataFrame = field(default_factory=pl.DataFrame)
+    #: Ranks whose only failure is their launcher's teardown signal: rank -> exit code.
+    stopped: dict[int, int] = field(default_factory=dict)
+    #: Process ids of the workers their launcher stopped (ranked or not).
+    stopped_pids: frozenset[int] = frozenset()
 
     def __contains__(self, rank: object) -> bool:
         return rank in self.ranks
+
+
+def _data(row: dict) -> dict:
+    return json.loads(row.get("data") or "{}")
+
+
+def _closed(events: pl.DataFrame) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+    """(source, pid) and (host, pid) of the processes a launcher sent a closing signal."""
+    by_source: set[tuple[str, int]] = set()
+    by_host: set[tuple[str, int]] = set()
+    for row in events.filter(pl.col("kind") == "closing_signal").iter_rows(named=True):
+        d = _data(row)
+        pid = next((d[k] for k in ("pid", "pid2", "pid3", "pid4") if isinstance(d.get(k), int)),
+                   None)
+        if pid is None:
+            continue
+        by_source.add((row["source"], pid))
+        if row.get("host"):
+            by_host.add((row["host"], pid))
+    return by_source, by_host
 
 
 def build(job: Job) -> Crashes:
@@ -37,9 +70,27 @@ def build(job: Job) -> Crashes:
     if events.height == 0:
         return Crashes()
     rows = events.filter(pl.col("kind").is_in(CRASH_KINDS))
+    by_source, by_host = _closed(events)
+    keep: list[bool] = []
+    stopped: dict[int, int] = {}
+    pids: set[int] = set()
+    for row in rows.iter_rows(named=True):
+        d = _data(row) if row["kind"] in ("elastic_failure", "worker_failed") else {}
+        pid, code = d.get("pid"), d.get("exitcode")
+        host = d.get("host") or row.get("host")
+        teardown = code in TEARDOWN_EXITS and isinstance(pid, int) and (
+            (row["source"], pid) in by_source or (host is not None and (host, pid) in by_host))
+        keep.append(not teardown)
+        rank = d.get("rank", row["rank"])
+        if teardown:
+            pids.add(pid)
+            if isinstance(rank, int):
+                stopped[rank] = code
+    rows = rows.filter(pl.Series(keep, dtype=pl.Boolean)) if rows.height else rows
     ranks = set(rows["rank"].drop_nulls().to_list())
     for data in rows.filter(pl.col("kind") == "elastic_failure")["data"].to_list():
         rank = json.loads(data or "{}").get("rank")
         if isinstance(rank, int):
             ranks.add(rank)
-    return Crashes(frozenset(ranks), rows)
+    return Crashes(frozenset(ranks), rows,
+                   {r: c for r, c in stopped.items() if r not in ranks}, frozenset(pids))

@@ -13,7 +13,7 @@ busy        its stack is outside any collective (while others wait, it is the su
 failed      it timed out, or lost a peer, waiting for the others
 waiting     its stack waits in a torch.distributed call
 frozen      its stack could not be taken in time (py-spy timed out: stopped, or the GIL held)
-exited      collect found its process gone
+exited      collect found its process gone, or its launcher stopped it (SIGTERM, SIGKILL)
 seen        in the logs or stacks, nothing wrong
 missing     within the world size, but absent from every input
 ==========  ===============================================================================
@@ -38,7 +38,7 @@ STATES: tuple[tuple[str, str], ...] = (
     ("failed", "timed out or lost a peer waiting for the others"),
     ("waiting", "its stack waits in a torch.distributed call"),
     ("frozen", "its stack could not be taken in time (stopped, or the GIL held)"),
-    ("exited", "its process was gone when collected"),
+    ("exited", "its process was gone when collected, or its launcher stopped it"),
     ("seen", "in the logs or stacks, nothing wrong"),
     ("missing", "within the world size, but absent from every input"),
 )
@@ -68,6 +68,9 @@ def build(job: Job) -> pl.DataFrame:
     events = job.active_events
     for r in job.crashes.ranks:
         why["crashed"].setdefault(r, "crashed")
+    for r, code in job.crashes.stopped.items():
+        sig = {-15: "SIGTERM", -9: "SIGKILL"}.get(code, f"exit code {code}")
+        why["exited"].setdefault(r, f"stopped by its launcher ({sig}) as the job was torn down")
     if events.height:
         crash = job.crashes.events
         ranked = crash.filter(pl.col("rank").is_not_null())

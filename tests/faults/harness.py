@@ -320,7 +320,7 @@ def _wait(cond: Any, timeout: float, procs: list[subprocess.Popen[bytes]]) -> bo
 def _wait_quiet(agents: list[subprocess.Popen[bytes]], logs: list[Path], t0: float,
                 least: float, most: float) -> bool:
     """Wait until every launcher exited (True), or, ``least`` seconds after ``t0``, until the
-    logs stopped growing for 10 s; give up ``most`` seconds after ``t0`` (False)."""
+    logs, once not empty, stopped growing for 10 s; give up ``most`` seconds after ``t0`` (False)."""
     last_size, last_change = -1, time.monotonic()
     while time.monotonic() - t0 < most:
         if all(a.poll() is not None for a in agents):
@@ -328,8 +328,8 @@ def _wait_quiet(agents: list[subprocess.Popen[bytes]], logs: list[Path], t0: flo
         size = sum(p.stat().st_size for p in logs if p.exists())
         if size != last_size:
             last_size, last_change = size, time.monotonic()
-        elif time.monotonic() - t0 > least and time.monotonic() - last_change > 10:
-            return False
+        elif size and time.monotonic() - t0 > least and time.monotonic() - last_change > 10:
+            return False  # quiet only counts once the job printed something (a slow start)
         time.sleep(0.5)
     return False
 
@@ -465,7 +465,10 @@ def run_cell(fault: str, position: str, mode: str, topology: str, workdir: Path,
             # logs are read as they are (a copy), before the harness stops the job, so its
             # own SIGTERMs are not in them.
             deadline = 3 * timeout_s + 30.0
-            if not _wait_quiet(agents, consoles, t0, timeout_s + 5.0, deadline):
+            # A start-up fault's own timeouts come later: a TCPStore connect is tried twice
+            # (timeout, a delay, timeout) before the agent gives up.
+            least = 2 * timeout_s + 20.0 if fault in STARTUP else timeout_s + 5.0
+            if not _wait_quiet(agents, consoles, t0, least, deadline):
                 result.evidence = "launchers still running, logs quiet for 10 s: read as " \
                     "they were"
             inputs = []

@@ -53,6 +53,7 @@ from ddp_autopsy.rules.base import (
     first_ts,
     rank_phrase,
 )
+from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
 REPORTING = kinds_tagged("lost_peer") + kinds_tagged("hang")
 
@@ -77,9 +78,16 @@ class SilentRanks(Rule):
         if not world or world < 2:
             return
         silent = set(range(world)) - waiting - set(job.crashes.ranks)
-        if not silent:
-            return
+        if _own_crashes(job):
+            # A rank failed by itself: the ranks its launcher then stopped were torn down
+            # because of it, not silent (CRASH001 tells that story).
+            silent -= set(job.crashes.stopped)
+            if not silent:
+                return
         timeouts = job.decoded_rows(timed_out)
+        if not silent:
+            yield from self._elsewhere(job, timeouts)
+            return
         if len(silent) > max(1, world // 2):
             # Most ranks silent: the logs are a fragment. A timeout still means some rank never
             # reached the collective.
@@ -112,6 +120,71 @@ class SilentRanks(Rule):
         )
 
 
+    def _elsewhere(self, job: Job, timeouts: list[dict[str, Any]]) -> Iterator[Finding]:
+        """Every rank waited, but not in the same collective: the few ranks whose traceback ends
+        in another torch.distributed call than the rest's never reached the others' one."""
+        where = _collective_frames(job)
+        groups: dict[str, set[int]] = {}
+        for rank, row in where.items():
+            groups.setdefault(row["data"]["frame"]["func"], set()).add(rank)
+        if len(groups) < 2:
+            return
+        main_op, main = max(groups.items(), key=lambda kv: len(kv[1]))
+        odd = set(where) - main
+        if len(main) <= len(odd) or len(main) < 2:
+            return  # no majority: who is out of step cannot be told
+        rows = [where[r] for r in sorted(odd)]
+        ops = sorted({r["data"]["frame"]["func"] for r in rows})
+        who = rank_phrase(odd)
+        yield self.finding(
+            f"{who[0].upper()}{who[1:]} never reached the {main_op} that {rank_phrase(main)} "
+            f"waited in: {'it' if len(odd) == 1 else 'they'} waited in {'/'.join(ops)} instead "
+            "(a collective only some ranks call, or call in another order), and neither side "
+            "could complete.",
+            evidence=[evidence_of(rows[0]), evidence_of(where[min(main)])], ranks=odd,
+            hosts=[r.get("host") for r in rows], confidence=0.5, ts=first_ts(timeouts),
+            details={"waiting_ranks": sorted(main), "collective": main_op,
+                     "elsewhere": {str(r): where[r]["data"]["frame"]["func"] for r in odd}})
+
+
+#: The module whose functions are the torch.distributed collectives a traceback ends in.
+C10D_FILE = "torch/distributed/distributed_c10d.py"
+
+
+def _own_crashes(job: Job) -> set[int]:
+    """Ranks that failed by themselves: an exception that reports no other rank's failure, an
+    out-of-memory error, or an exit the launcher reports for a rank that raised nothing else."""
+    own: set[int] = {r["rank"] for r in job.rows("oom") if r["rank"] is not None}
+    reported: set[int] = set()
+    for row in job.rows("exception"):
+        if row["rank"] is None:
+            continue
+        if CONSEQUENCE.search(row["text"]):
+            reported.add(row["rank"])
+        else:
+            own.add(row["rank"])
+    for d in job.decoded_rows(job.crashes.events.filter(pl.col("kind") == "elastic_failure")):
+        rank, code = d["data"].get("rank"), d["data"].get("exitcode")
+        if isinstance(rank, int) and code not in (None, 0) and rank not in reported:
+            own.add(rank)
+    return own
+
+
+def _collective_frames(job: Job) -> dict[int, dict[str, Any]]:
+    """Per rank, its last exception whose traceback ends in a torch.distributed collective (a
+    timeout or a lost peer: the call it was blocked in)."""
+    out: dict[int, dict[str, Any]] = {}
+    for row in job.rows("exception"):
+        frame = row["data"].get("frame") or {}
+        if row["rank"] is None or not str(frame.get("file", "")).endswith(C10D_FILE) \
+                or not frame.get("func"):
+            continue
+        prev = out.get(row["rank"])
+        if prev is None or (row["source"], row["line"]) >= (prev["source"], prev["line"]):
+            out[row["rank"]] = row
+    return out
+
+
 def _last_lines(events: pl.DataFrame, ranks: set[int]) -> dict[int, dict[str, Any]]:
     """Each rank's last line as the line reader recorded it (the latest when it has several)."""
     rows = events.filter((pl.col("kind") == "last_line") & pl.col("rank").is_in(list(ranks)))
@@ -131,6 +204,10 @@ def _collective(job: Job, timeouts: list[dict[str, Any]]) -> str:
         if g.stuck_at is not None:
             ops = sorted({s.timed_out_op for s in g.ranks.values() if s.timed_out_op})
             return f"collective {'/'.join(ops) + ' ' if ops else ''}#{g.stuck_at}"
+    # Gloo names its transport operation (send, recv); the traceback names the collective.
+    calls = [row["data"]["frame"]["func"] for row in _collective_frames(job).values()]
+    if calls:
+        return f"the {max(set(calls), key=calls.count)}"
     d = timeouts[0]["data"]
     if d.get("op"):
         return f"collective {d['op']}"

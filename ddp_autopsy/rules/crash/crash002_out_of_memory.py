@@ -84,6 +84,9 @@ class OutOfMemory(Rule):
         killed = [r for r in job.rows("elastic_failure", "worker_failed", "spawn_failed")
                   if r["data"].get("exitcode") == -9 or r["data"].get("signal") == "SIGKILL"
                   or "SIGKILL" in str(r["data"].get("traceback", ""))]
+        # A worker its launcher sent SIGTERM first, then SIGKILL: the teardown (a frozen rank),
+        # not the kernel (``Unable to shutdown process N via 15, forcefully exiting via 9``).
+        killed = [r for r in killed if r["data"].get("pid") not in job.crashes.stopped_pids]
         if not killed:
             return
         ranks = {r["data"]["rank"] for r in killed if isinstance(r["data"].get("rank"), int)}
