@@ -181,6 +181,7 @@ def analyze(paths: PathLike | Iterable[PathLike], *, raw_logs: bool = False,
     conf = configuration.load(Path(config) if config not in (None, False) else None,
                               discover=config is not False)
     rules = conf.rules(registry())
+    conf.install()  # extra log patterns (process-wide: see ddp_autopsy.config)
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]

@@ -49,7 +49,17 @@ def _config(path: Path | None = None):
 
         click.echo(termsafe(f"ddp-autopsy: configuration: {err}"), err=True)
         sys.exit(EXIT_USAGE)
+    _pattern_plugin_errors()
+    config.install()  # extra log patterns: read like the built-in ones
     return config, rules
+
+
+def _pattern_plugin_errors() -> None:
+    from ddp_autopsy.config import PATTERN_PLUGIN_ERRORS
+    from ddp_autopsy.reports.termsafe import termsafe
+
+    for where, why in PATTERN_PLUGIN_ERRORS:
+        click.echo(termsafe(f"ddp-autopsy: pattern plugin {where} not loaded: {why}"), err=True)
 
 
 def _analyze(paths: tuple[Path, ...], raw_logs: bool = False, progress: bool = True,
@@ -298,6 +308,13 @@ def rules_cmd(fmt: str) -> None:
     rules = registry()
     for where, why in PLUGIN_ERRORS:
         click.echo(f"ddp-autopsy: plugin {where} not loaded: {why}", err=True)
+    from ddp_autopsy.config import plugin_patterns
+
+    extra = plugin_patterns()
+    _pattern_plugin_errors()
+    if extra and fmt == "text":
+        click.echo(f"ddp-autopsy: {len(extra)} log pattern(s) from plugins: "
+                   "`ddp-autopsy patterns` lists them", err=True)
     if fmt == "json":
         click.echo(json.dumps([rule_dict(r) for r in rules], indent=2))
         return
@@ -305,6 +322,34 @@ def rules_cmd(fmt: str) -> None:
         plugin = "" if r.__module__.startswith("ddp_autopsy.") else \
             f"  (plugin: {r.__module__.split('.')[0]})"
         click.echo(f"{r.code:<9} {r.slug:<34} {r.cause or '(symptom)':<30} {r.title()}{plugin}")
+
+
+@main.command("patterns")
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Configuration file (default: ddp-autopsy.toml or [tool.ddp-autopsy] in "
+                   "pyproject.toml, found from the current directory up; docs/config.md).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="A table for people (text) or machines (json, "
+                                      "ddp_autopsy/schemas/patterns.schema.json).")
+def patterns_cmd(config_path: Path | None, fmt: str) -> None:
+    """List the extra log patterns (configuration and plugins) the analysis reads besides the
+    built-in message catalog."""
+    from ddp_autopsy.config import builtin_kinds
+
+    config, _ = _config(config_path)
+    builtin = len(builtin_kinds())
+    if fmt == "json":
+        click.echo(json.dumps({"schema": "ddp-autopsy/patterns/1",
+                               "builtin": builtin,
+                               "patterns": [p.to_dict() for p in config.patterns]}, indent=2))
+        return
+    from ddp_autopsy.reports.termsafe import termsafe
+
+    click.echo(f"{builtin} built-in event kinds (docs/messages.md); "
+               f"{len(config.patterns)} extra pattern(s)")
+    for p in config.patterns:
+        click.echo(termsafe(f"{p.name:<24} {p.kind:<24} {p.severity or '(built-in kind)':<16} "
+                            f"{p.regex}  ({p.source})"))
 
 
 def _complete_rule(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
@@ -352,7 +397,8 @@ def rule_cmd(code: str, fmt: str) -> None:
 @click.argument("a", type=click.Path(path_type=Path))
 @click.argument("b", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="Differences for people (text) or machines (json).")
+              show_default=True, help="Differences for people (text) or machines (json, "
+                                      "ddp_autopsy/schemas/compare.schema.json).")
 def compare(a: Path, b: Path, fmt: str) -> None:
     """Compare two runs or bundles: the verdict, versions and environment that differ, ranks
     whose state or frame changed, findings new in B and gone since A."""

@@ -267,7 +267,7 @@ def test_rules_and_rule_json_validate() -> None:
 
 
 def test_schemas_are_valid_draft_2020_12() -> None:
-    for name in ("analysis", "grep", "rules", "collect"):
+    for name in ("analysis", "grep", "rules", "collect", "patterns", "compare"):
         jsonschema.Draft202012Validator.check_schema(_schema(name))
 
 

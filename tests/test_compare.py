@@ -9,11 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
 from ddp_autopsy import bundle_layout as layout
 from ddp_autopsy.cli import main
+
+SCHEMA = json.loads((Path(__file__).parents[1] / "ddp_autopsy" / "schemas"
+                     / "compare.schema.json").read_text())
 
 
 def _bundle(root: Path, torch: str, stuck_rank: int | None) -> Path:
@@ -50,6 +54,7 @@ def test_compare_two_bundles(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["compare", str(a), str(b), "--format", "json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
+    jsonschema.validate(doc, SCHEMA)
     assert doc["schema"] == "ddp-autopsy/compare/1"
     assert doc["verdict"]["a"] is None and doc["verdict"]["b"]["ranks"] == [1]
     assert not doc["verdict"]["same"]
@@ -66,6 +71,7 @@ def test_compare_two_bundles(tmp_path: Path) -> None:
     back = json.loads(CliRunner().invoke(main, ["compare", str(b), str(a), "--format",
                                                 "json"]).output)
     assert back["findings"]["new"] == [] and back["findings"]["gone"]
+    jsonschema.validate(back, SCHEMA)
 
 
 def test_compare_same_run_and_unreadable(tmp_path: Path) -> None:
@@ -108,6 +114,7 @@ def test_compare_a_real_bundle(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["compare", str(a), str(b), "--format", "json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
+    jsonschema.validate(doc, SCHEMA)
     torch = next(e for e in doc["env"] if e["key"] == "version.torch")
     assert torch["b"] == ["9.9.9"] and torch["a"] and "9.9.9" not in torch["a"]
     assert doc["verdict"]["same"] and doc["ranks"] == []

@@ -11,12 +11,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
 from ddp_autopsy.cli import main
 
 CASE = Path(__file__).parent / "rules" / "cases" / "NCCL006-gloo-hosts-alias"
+SCHEMAS = Path(__file__).parents[1] / "ddp_autopsy" / "schemas"
 
 
 def _analyze(*args: str) -> tuple[int, dict | str]:
@@ -145,12 +147,20 @@ class QuotaExceeded(Rule):
 '''
 
 
+PLUGIN_PATTERNS = r'''
+PATTERNS = {"ckpt-write": {"regex": r"CKPT WRITE FAILED on (?P<path>\S+)",
+                           "kind": "checkpoint_write_failed", "severity": "error"}}
+BAD = {"broken": {"regex": "loss (nan", "kind": "nan_loss"}}
+'''
+
+
 def _plugin_package(root: Path) -> Path:
     pkg = root / "acme-autopsy-rules"
     (pkg / "acme_autopsy_rules").mkdir(parents=True)
     (pkg / "acme_autopsy_rules" / "__init__.py").write_text("")
     (pkg / "acme_autopsy_rules" / "quota.py").write_text(PLUGIN_RULE)
     (pkg / "acme_autopsy_rules" / "broken.py").write_text("raise ImportError('boom')\n")
+    (pkg / "acme_autopsy_rules" / "patterns.py").write_text(PLUGIN_PATTERNS)
     (pkg / "pyproject.toml").write_text(textwrap.dedent("""
         [build-system]
         requires = ["setuptools>=61"]
@@ -164,6 +174,10 @@ def _plugin_package(root: Path) -> Path:
         quota = "acme_autopsy_rules.quota:QuotaExceeded"
         broken = "acme_autopsy_rules.broken"
         zz_clash = "acme_autopsy_rules.quota"
+
+        [project.entry-points."ddp_autopsy.patterns"]
+        acme = "acme_autopsy_rules.patterns:PATTERNS"
+        bad = "acme_autopsy_rules.patterns:BAD"
     """))
     return pkg
 
@@ -218,3 +232,135 @@ def test_plugin_rule_from_an_installed_package(tmp_path: Path) -> None:
     assert "ACME001" not in {o["rule"] for o in json.loads(res.stdout)["rules"]}
     # And this environment, without the package, knows nothing of it.
     assert "ACME001" not in CliRunner().invoke(main, ["rules"]).output
+
+    # Log patterns from the same package (entry points ddp_autopsy.patterns): listed, read by
+    # the analysis like the built-in ones; the broken one is reported and left out.
+    (tmp_path / "ddp-autopsy.toml").unlink()
+    listing = subprocess.run([*cli, "patterns", "--format", "json"], capture_output=True,
+                             text=True, timeout=120, env=env, cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    doc = json.loads(listing.stdout)
+    jsonschema.validate(doc, json.loads((SCHEMAS / "patterns.schema.json").read_text()))
+    assert [(p["name"], p["kind"], p["source"]) for p in doc["patterns"]] == [
+        ("acme.ckpt-write", "checkpoint_write_failed", "plugin acme-autopsy-rules")]
+    assert "pattern plugin bad = acme_autopsy_rules.patterns:BAD not loaded" in listing.stderr
+    assert "missing ), unterminated subpattern" in listing.stderr
+    other = tmp_path / "logs2"
+    other.mkdir()
+    (other / "rank2.log").write_text("[rank2]: step 9\n[rank2]: CKPT WRITE FAILED on /ckpt/9\n")
+    (other / "rank0.log").write_text("[rank0]: step 9\n")
+    res = subprocess.run([*cli, "analyze", str(other), "--format", "json"], capture_output=True,
+                         text=True, timeout=120, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    verdict = json.loads(res.stdout)["verdict"]
+    assert verdict["rule"] == "CRASH004" and verdict["ranks"] == [2], verdict
+    assert "CKPT WRITE FAILED on /ckpt/9" in verdict["summary"]
+    # Without the package the same line is nothing.
+    res = CliRunner().invoke(main, ["analyze", str(other), "--format", "json"])
+    assert json.loads(res.stdout)["verdict"] is None
+
+
+# --- extra log patterns --------------------------------------------------------------------------
+
+PATTERN_CONFIG = r"""
+[tool.ddp-autopsy.patterns.ckpt-write]
+regex = 'CKPT WRITE FAILED on (?P<path>\S+)'
+kind = "checkpoint_write_failed"
+
+[tool.ddp-autopsy.patterns.launcher-port]
+regex = 'could not bind port (?P<port>\d+), it is taken'
+kind = "port_in_use"
+"""
+
+
+def _logs(root: Path) -> Path:
+    logs = root / "logs"
+    logs.mkdir()
+    (logs / "rank0.log").write_text("[rank0]: step 9\n")
+    (logs / "rank3.log").write_text("[rank3]: step 9\n[rank3]: CKPT WRITE FAILED on /ckpt/9\n")
+    (logs / "launcher.log").write_text("ERROR acme launcher could not bind port 29611, it is "
+                                       "taken\n")
+    return logs
+
+
+def test_configured_patterns_are_read_like_the_built_in_ones(tmp_path: Path,
+                                                            monkeypatch) -> None:
+    """A new kind (a failure by default: the earliest one is the fallback verdict) and a new
+    wording of a built-in kind (port_in_use: RDZV001 fires, with the port it names)."""
+    (tmp_path / "pyproject.toml").write_text(PATTERN_CONFIG)
+    logs = _logs(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["analyze", str(logs / "rank3.log"), str(logs / "rank0.log"),
+                                    "--format", "json"])
+    assert res.exit_code == 0, res.output
+    verdict = json.loads(res.stdout)["verdict"]
+    assert verdict["rule"] == "CRASH004" and verdict["ranks"] == [3], verdict
+    res = CliRunner().invoke(main, ["analyze", str(logs / "launcher.log"), "--format", "json"])
+    verdict = json.loads(res.stdout)["verdict"]
+    assert verdict["rule"] == "RDZV001" and "sport = :29611" in verdict["remedy"], verdict
+    listing = CliRunner().invoke(main, ["patterns", "--format", "json"])
+    doc = json.loads(listing.stdout)
+    jsonschema.validate(doc, json.loads((SCHEMAS / "patterns.schema.json").read_text()))
+    assert [(p["name"], p["kind"], p["severity"], p["needles"]) for p in doc["patterns"]] == [
+        ("ckpt-write", "checkpoint_write_failed", "error", ["CKPT WRITE FAILED on "]),
+        ("launcher-port", "port_in_use", None, ["could not bind port "])]
+    text = CliRunner().invoke(main, ["patterns"]).output
+    assert "launcher-port" in text and "(built-in kind)" in text
+
+
+def test_patterns_are_undone_by_the_next_analysis(tmp_path: Path) -> None:
+    """In one process (the Python API), an analysis without the configuration does not see
+    the previous one's patterns; the catalog hash (collect's summaries) follows them."""
+    cfg = tmp_path / "pyproject.toml"
+    cfg.write_text(PATTERN_CONFIG)
+    logs = _logs(tmp_path)
+    code = ("import json, sys, ddp_autopsy; from ddp_autopsy.analyzer.patterns import "
+            "catalog_hash; h0 = catalog_hash(); "
+            "a = ddp_autopsy.analyze(sys.argv[1], config=sys.argv[2]); h1 = catalog_hash(); "
+            "b = ddp_autopsy.analyze(sys.argv[1], config=False); h2 = catalog_hash(); "
+            "print(json.dumps([a.verdict and a.verdict.rule, b.verdict and b.verdict.rule, "
+            "h0 != h1, h0 == h2]))")
+    out = subprocess.run([sys.executable, "-c", code, str(logs / "launcher.log"), str(cfg)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == ["RDZV001", None, True, True]
+
+
+@pytest.mark.parametrize("table,words", [
+    ("regex = 'loss (nan'\nkind = 'nan_loss'", "not a valid regex: missing ), unterminated"),
+    ("regex = 'loss nan'\nkind = 'NaN loss'", "kind: an event kind is needed"),
+    ("regex = 'loss nan'\nkind = 'port_in_use'\nseverity = 'error'", "is a built-in kind"),
+    ("regex = 'loss nan'\nkind = 'nan_loss'\nseverity = 'fatal'", "'fatal' is not one of"),
+    ("regx = 'loss nan'\nkind = 'nan_loss'", "did you mean 'regex'"),
+    ("regex = '(?i)loss nan'\nkind = 'nan_loss'", "give needles"),
+    ("regex = 'loss (nan|inf)'\nkind = 'nan_loss'\nneedles = 'loss'", "needles must be a list"),
+    ("kind = 'nan_loss'", "regex: a regular expression"),
+    ("regex = 'loss nan'\nkind = 'nan_loss'\n[tool.ddp-autopsy.patterns.nan2]\n"
+     "regex = 'loss inf'\nkind = 'nan_loss'\nseverity = 'info'", "nan_loss is 'error' in"),
+])
+def test_bad_patterns_are_usage_errors(table: str, words: str, tmp_path: Path,
+                                       monkeypatch) -> None:
+    (tmp_path / "pyproject.toml").write_text(f"[tool.ddp-autopsy.patterns.nan]\n{table}\n")
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(main, ["analyze", str(CASE)])
+    assert res.exit_code == 2, res.output
+    assert "patterns.nan" in res.output and words in res.output, res.output
+    assert "Traceback" not in res.output
+    assert CliRunner().invoke(main, ["patterns"]).exit_code == 2
+
+
+def test_needles_given_for_an_alternation(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "ddp-autopsy.toml").write_text(
+        "[patterns.nan]\nregex = 'loss (nan|inf) at step (?P<step>\\d+)'\nkind = 'nan_loss'\n"
+        "severity = 'warning'\n"
+        "[patterns.any]\nregex = '(?:diverged|exploded)'\nkind = 'nan_loss'\n"
+        "needles = ['diverged', 'exploded']\nseverity = 'warning'\n")
+    monkeypatch.chdir(tmp_path)
+    doc = json.loads(CliRunner().invoke(main, ["patterns", "--format", "json"]).stdout)
+    assert [p["needles"] for p in doc["patterns"]] == [[" at step "], ["diverged", "exploded"]]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "r1.log").write_text("[rank1]: loss nan at step 7\n")
+    res = CliRunner().invoke(main, ["analyze", str(logs), "--format", "json"])
+    # a warning kind is context, never a failure: no verdict
+    assert json.loads(res.stdout)["verdict"] is None

@@ -38,7 +38,12 @@ from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.rules.base import Finding, Rule, earliest_first, excerpt, rank_phrase
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
-FAILING = kinds_tagged("failure") + kinds_tagged("crash")
+
+def failing_kinds() -> tuple[str, ...]:
+    """Read at each check: configured log patterns add kinds (docs/config.md)."""
+    return kinds_tagged("failure") + kinds_tagged("crash")
+
+
 #: Failures that only say a rank waited for, or lost, the others: never a culprit by themselves
 #: (an NCCL error is the rank's own, whatever caused it).
 WAITING = tuple(k for k in {*kinds_tagged("lost_peer"), *kinds_tagged("hang")}
@@ -56,7 +61,7 @@ class UnclassifiedFailure(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         # Warnings are not failures (a name that resolved on the second try, a retry).
         failing = job.active_events.filter(
-            pl.col("kind").is_in(FAILING)
+            pl.col("kind").is_in(failing_kinds())
             & ~pl.col("level").fill_null("").is_in(["W", "I", "WARNING", "INFO"]))
         if failing.height == 0:
             return
