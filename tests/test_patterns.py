@@ -187,6 +187,10 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     # torch before 1.6: no NCCL version after the error string
     ("nccl_error", "RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:272, "
      "unhandled system error", {"estr": "unhandled system error"}),
+    ("nccl_interface", "gpu-1012:4152:4206 [0] NCCL INFO NET : Using interface lo:127.0.0.1<0>",
+     {"ifname": "lo", "addr": "127.0.0.1"}),  # NCCL 2.3
+    ("nccl_connect_failure", "gpu-1012:4153:4209 [1] include/socket.h:361 NCCL WARN Call to "
+     "connect timeout : Connection refused", {"err": "Connection refused"}),  # NCCL 2.3
     # the node count a launch asked for (a pasted command line, torchelastic's launch config)
     ("launch_nodes", "python -m torch.distributed.launch --nnode=2 --node_rank=1 "
      "--nproc_per_node=1 train.py", {"n": 2}),

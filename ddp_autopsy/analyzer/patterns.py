@@ -701,8 +701,10 @@ PATTERNS: tuple[Pattern, ...] = (
     # NCCL §2: the address a rank advertises ("Bootstrap : Using eth0:10.1.2.3<0>").
     _p(
         "nccl_interface",
-        ("Bootstrap : Using", "Bootstrap: Using", "NET/Socket : Using", "; OOB "),
-        r"(?:Bootstrap ?: Using|NET/Socket : Using|; OOB) ?(?:\[\d+\])?"
+        ("Bootstrap : Using", "Bootstrap: Using", "NET/Socket : Using", "; OOB ",
+         "NET : Using interface"),
+        # NCCL 2.3: "NET : Using interface lo:127.0.0.1<0>", one line per interface it found
+        r"(?:Bootstrap ?: Using|NET/Socket : Using|; OOB|NET : Using interface) ?(?:\[\d+\])?"
         r"(?P<ifname>[^:\s]+(?::(?![0-9a-fA-F]*:)[A-Za-z][\w.-]*)?):(?P<addr>[^\s<]+)<(?P<port>\d+)>",
     ),
     # NCCL §3.1 / §3.3: rank-to-rank connections refused, timed out, wrong magic, proxy calls.
@@ -710,7 +712,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "nccl_connect_failure",
         ("exceeded retries", "exceeded error retry count", "exceeded timeouts", "failed : ",
          "wrong magic", "wrong type", "Proxy Call to rank", "Failed to execute operation",
-         "PollConnect: Connect to ", "after sleep for", ", retrying ("),
+         "PollConnect: Connect to ", "after sleep for", ", retrying (",
+         "Call to connect timeout"),
         r"(?:(?P<fn>\w+): (?:connect (?:to (?P<addr>\S+) )?returned (?P<err>.+?), "
         r"(?:exceeded error retry count|retrying \((?P<try>\d+)/(?P=try)\))"
         r"|exceeded (?:retries|timeouts) \((?P<n>\d+)\))"
@@ -722,7 +725,9 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?P<addr2>\S+) failed : (?P<err2>.+)"
         r"|socketFinalizeAccept(?: from \S+)?: wrong (?P<what>magic|type)"
         r"|Proxy Call to rank (?P<prank>\d+) failed|\[Proxy Service \d+\] Failed to execute "
-        r"operation (?P<op>\w+) from rank (?P<frank>\d+))",
+        r"operation (?P<op>\w+) from rank (?P<frank>\d+)"
+        # 2.3 (include/socket.h): "Call to connect timeout : Connection refused"
+        r"|Call to connect timeout : (?P<err4>.+))",
         alias={"fn3": "fn", "addr3": "addr", "err3": "err"},
         code=int,
     ),
