@@ -11,8 +11,10 @@
    to the complete bundle and to the printed verdict.
 
 ``python benchmarks/bench_watch.py`` (full size: 8 ranks, 300 s, 60 s quiet phases, about 7
-minutes); ``--ranks 2 --duration 40 --quiet-s 8`` for a quick look. Results go to
-``benchmarks/out/watch.json``.
+minutes); ``--ranks 2 --duration 40 --quiet-s 8`` for a quick look. ``--faulthandler`` measures
+the stack fallback instead of py-spy: the job registers faulthandler on SIGUSR1 and declares it,
+and ``DDP_AUTOPSY_PYSPY`` points at a program that fails. Results go to
+``benchmarks/out/watch.json`` (``watch-faulthandler.json``).
 """
 
 from __future__ import annotations
@@ -79,19 +81,28 @@ def launch(out: Path, ranks: int, job_args: list[str], watch_args: list[str],
                             stderr=open(out.parent / f"{out.name}.err", "wb"))
 
 
+FALLBACK = False  # --faulthandler: py-spy fails, the job's faulthandler gives the stacks
+
+
 def tagged_env() -> tuple[dict[str, str], str]:
     tag = f"bench-watch-{uuid.uuid4().hex[:10]}"
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
     env.update({TAG_ENV: tag, "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1",
                 "PYTHONUNBUFFERED": "1"})
+    if FALLBACK:
+        env.update({"DDP_AUTOPSY_PYSPY": "/bin/false", "DDP_AUTOPSY_FAULTHANDLER": "SIGUSR1"})
     return env, tag
+
+
+def job_args(*args: str) -> list[str]:
+    return [*args, "--faulthandler"] if FALLBACK else list(args)
 
 
 def healthy(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     out = work / "healthy"
     env, tag = tagged_env()
-    proc = launch(out, args.ranks, ["healthy", "--duration", str(args.duration), "--quiet-s",
-                                    str(args.quiet_s)],
+    proc = launch(out, args.ranks, job_args("healthy", "--duration", str(args.duration),
+                                            "--quiet-s", str(args.quiet_s)),
                   ["--hang-after", str(args.hang_after)], env)
     peak_rss, start, launcher = 0, None, None
     last: tuple[float, float | None] = (0.0, None)
@@ -120,7 +131,8 @@ def healthy(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         "ranks": args.ranks, "duration_s": args.duration, "quiet_s": args.quiet_s,
         "hang_after": args.hang_after, "exit_code": proc.returncode,
         "triggered": "hang" in kinds or "collected" in kinds, "busy_notices": kinds.count("busy"),
-        "samples": kinds.count("sample"), "watched_s": round(watched_s, 1),
+        "samples": kinds.count("sample"), "fallback": kinds.count("fallback"),
+        "watched_s": round(watched_s, 1),
         "watcher_cpu_s": round(last[1] - start[1], 3),
         "watcher_cpu_pct_of_core": round(100 * (last[1] - start[1]) / watched_s, 3),
         "watcher_peak_rss_mib": round(peak_rss / 1024, 1),
@@ -130,7 +142,7 @@ def healthy(work: Path, args: argparse.Namespace) -> dict[str, Any]:
 def latency(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     out = work / "latency"
     env, tag = tagged_env()
-    proc = launch(out, args.ranks, ["dataloader"],
+    proc = launch(out, args.ranks, job_args("dataloader"),
                   ["--hang-after", str(args.latency_hang_after), "--once", "--kill-after", "0"],
                   env)
     try:
@@ -159,12 +171,16 @@ def main() -> None:
     parser.add_argument("--latency-hang-after", type=float, default=30.0)
     parser.add_argument("--work", type=Path, default=ROOT / "benchmarks" / "out" / "watch")
     parser.add_argument("--skip-healthy", action="store_true")
+    parser.add_argument("--faulthandler", action="store_true")
     args = parser.parse_args()
+    global FALLBACK
+    FALLBACK = args.faulthandler
     args.work.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     work = args.work / stamp
     work.mkdir()
-    result: dict[str, Any] = {"cores": os.cpu_count(), "load_before": os.getloadavg()}
+    result: dict[str, Any] = {"cores": os.cpu_count(), "load_before": os.getloadavg(),
+                              "stacks": "faulthandler" if FALLBACK else "py-spy"}
     if not args.skip_healthy:
         result["healthy"] = healthy(work, args)
         print(json.dumps(result["healthy"], indent=2), flush=True)
@@ -172,7 +188,8 @@ def main() -> None:
     print(json.dumps(result["latency"], indent=2))
     result["load_after"] = os.getloadavg()
     (ROOT / "benchmarks" / "out").mkdir(exist_ok=True)
-    (ROOT / "benchmarks" / "out" / "watch.json").write_text(json.dumps(result, indent=2))
+    name = "watch-faulthandler.json" if FALLBACK else "watch.json"
+    (ROOT / "benchmarks" / "out" / name).write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

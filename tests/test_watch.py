@@ -139,6 +139,25 @@ def test_without_stacks_falls_back_and_says_so() -> None:
     assert "hung" in [s for _, s in seen]
 
 
+def test_rank_starved_of_cpu_is_not_waiting() -> None:
+    """A loaded host: rank 1 is runnable (state R) but gets 10 % of a core and py-spy cannot
+    read it; rank 0 waits in one stack. Nobody may call that a hang: rank 1 is not waiting.
+    Once rank 1 sleeps (state S) like a hung rank, the same observations are a hang."""
+    for state, hang in (("R", False), ("S", True)):
+        det = Detector(6.0, now=0.0)
+        det.track(1, "rank 0")
+        det.track(2, "rank 1")
+        states = []
+        for t in range(0, 20):
+            det.usage(float(t), 1, Usage(0.0, 0, "S"))
+            det.usage(float(t), 2, Usage(0.1 * t, 0, state))
+            if det.sample_due(float(t)):
+                det.stacks(float(t), {1: _sample(1, "wait"),
+                                      2: Sample(2, "timeout", error="py-spy timed out")})
+            states.append(det.status(float(t)).state)
+        assert ("hung" in states) is hang, (state, states)
+
+
 def test_sampling_is_adaptive() -> None:
     """No py-spy while the logs grow; every fast period once quiet; slower while stacks move."""
     det = Detector(80.0, now=0.0)  # fast period 10 s, slow up to 26.7 s
@@ -424,6 +443,37 @@ def test_run_spawn_healthy_quiet_phases_not_triggered(tmp_path: Path) -> None:
                  and all("evaluate" in str(w) for w in e["where"].values())]
         assert len(quiet) >= 2, kinds
         assert one(evs, "ended")["exit_code"] == 0
+
+
+# Every failure under both launchers. The dedicated tests above cover torchrun-dataloader,
+# spawn-dataloader (faulthandler), spawn-barrier0 and torchrun-deadlock; the default run adds the
+# two missing cells, DDP_AUTOPSY_WATCH_MATRIX=1 runs all six (long: about a minute each).
+MATRIX = [(launcher, mode) for mode in ("dataloader", "barrier0", "deadlock")
+          for launcher in ("torchrun", "spawn")]
+SAMPLE = {("torchrun", "barrier0"), ("spawn", "deadlock")}
+EXPECTED = {"dataloader": ("rank_stuck_outside_collective", "__getitem__"),
+            "barrier0": ("collective_mismatch", "barrier"),
+            "deadlock": ("collective_mismatch", "all_reduce")}
+
+
+@pytest.mark.scenario
+@pytest.mark.parametrize(("launcher", "mode"), [
+    pytest.param(*cell, marks=() if cell in SAMPLE or os.environ.get("DDP_AUTOPSY_WATCH_MATRIX")
+                 else pytest.mark.skip(reason="covered by a dedicated test; "
+                                              "DDP_AUTOPSY_WATCH_MATRIX=1 runs it"))
+    for cell in MATRIX], ids=[f"{a}-{b}" for a, b in MATRIX])
+def test_hang_matrix(tmp_path: Path, launcher: str, mode: str) -> None:
+    """``run`` over each failure under each launcher: detected and collected within the
+    budget, the verdict right."""
+    with tagged_env() as (env, started, _tag):
+        job = torchrun(env, mode) if launcher == "torchrun" else spawn(mode)
+        _code, evs, out = watch_run(tmp_path, env, started, job, "--hang-after",
+                                    str(HANG_AFTER), "--once", "--kill-after", "0")
+        verdict = check_hang(out, evs, out / "console.log")
+        cause, needle = EXPECTED[mode]
+        assert verdict["cause"] == cause and needle in verdict["summary"], verdict
+        if mode == "dataloader":
+            assert verdict["ranks"] == [1]
 
 
 def check_merge_repeated(bundle: Path, tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ Progress is any of: the job's log files grew; a rank's main-thread stack signatu
 between two samples. A **hang** is declared when, for ``hang_after`` seconds, there was no
 progress, and every rank was sampled at least ``min_samples`` times with the same signature
 (stuck, not slow: a slow rank's stack moves between samples), and at least one rank waits (near-
-zero CPU and I/O). A rank that is busy (CPU or I/O) in the same frame while others wait is
+zero CPU and I/O, and not runnable: a rank mostly in state R on a loaded host gets little CPU,
+yet it does not wait). A rank that is busy (CPU or I/O) in the same frame while others wait is
 stuck too; one that is busy while others wait for ``hang_after / 2`` is named as it happens
 (:attr:`Status.busy_notice`).
 
@@ -34,6 +35,7 @@ class RankTrack:
     pid: int
     usage: deque[tuple[float, float, int | None]] = field(default_factory=lambda: deque(
         maxlen=64))  # (time, cpu seconds, io bytes)
+    states: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=64))
     signature: str | None = None
     sig_since: float | None = None
     same: int = 0  # samples in a row with this signature
@@ -42,6 +44,15 @@ class RankTrack:
     sample_status: str | None = None
     sample_error: str | None = None
     python: str | None = None
+
+    def runnable(self, now: float, window: float = WINDOW_S) -> bool:
+        """In state R (running or waiting for a CPU) in most readings of the window: a rank
+        starved of CPU on a loaded host uses little of it, yet it is not waiting."""
+        seen = [st for t, st in self.states if now - t <= window]
+        return len(seen) >= 2 and sum(st == "R" for st in seen) * 2 > len(seen)
+
+    def active(self, now: float) -> bool:
+        return (self.busy(now) or 0.0) >= BUSY_CPU or self.runnable(now)
 
     def busy(self, now: float, window: float = WINDOW_S) -> float | None:
         """CPU share of one core over the last ``window`` seconds (I/O counted as busy: 1.0);
@@ -101,6 +112,7 @@ class Detector:
     def usage(self, now: float, pid: int, u: Usage) -> None:
         if pid in self.ranks:
             self.ranks[pid].usage.append((now, u.cpu_s, u.io_bytes))
+            self.ranks[pid].states.append((now, u.state))
 
     def logs(self, now: float, grown: int) -> None:
         if grown > 0:
@@ -151,7 +163,7 @@ class Detector:
     def status(self, now: float) -> Status:
         tracks = list(self.ranks.values())
         quiet = now - self.last_activity
-        busy = [t for t in tracks if (t.busy(now) or 0.0) >= BUSY_CPU]
+        busy = [t for t in tracks if t.active(now)]
         waiting = [t for t in tracks if t not in busy]
         sampled = [t for t in tracks if t.sample_status == "ok" and t.signature is not None]
         st = Status("active" if quiet < self.fast_period else "quiet", quiet, waiting, busy)
