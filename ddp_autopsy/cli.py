@@ -69,7 +69,7 @@ def _analyze(paths: tuple[Path, ...], raw_logs: bool = False, progress: bool = T
     from ddp_autopsy.rules.engine import run
 
     config, rules = _config(config_path)
-    with reading.reading(enabled=progress):
+    with reading.reading(enabled=progress, paths=paths):  # a percentage when sizes tell
         job = load(list(paths), use_summaries=not raw_logs)
     if not job.readable:
         _echo_notes(job.notes)

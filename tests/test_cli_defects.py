@@ -4,6 +4,7 @@ terminal (a pty), piped stack trees, grep's ranks and exit codes, demo run twice
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pty
@@ -78,7 +79,7 @@ def test_no_color_on_a_terminal(no_color: str | None, flag: str | None, coloured
 
 
 def test_color_option_on_every_colour_command() -> None:
-    for command in ("analyze", "demo"):
+    for command in ("analyze", "demo", "watch", "run"):
         res = CliRunner().invoke(main, [command, "--help"])
         assert "--color / --no-color" in res.output, command
 
@@ -306,3 +307,64 @@ def test_shell_completion_of_rule_codes() -> None:
     source = subprocess.run(CLI, capture_output=True, text=True, timeout=60,
                             env={**os.environ, "_DDP_AUTOPSY_COMPLETE": "bash_source"})
     assert "complete " in source.stdout and "ddp-autopsy" in source.stdout
+
+
+# --- progress, inputs[].bytes -----------------------------------------------------------------
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_shows_percentage_and_time_left_for_files_of_known_size(
+        tmp_path: Path, monkeypatch) -> None:
+    """The issue's "613/? MB": a plain file's size is known, so the bar has a total, a
+    percentage and the time left; an archive (read decompressed) or a bundle (summaries) has
+    none, and the bar says only what it read."""
+    from ddp_autopsy.analyzer import progress
+    from ddp_autopsy.analyzer.job import load
+
+    monkeypatch.setattr(progress, "DELAY", 0.0)
+    log = tmp_path / "logs" / "train.log"
+    log.parent.mkdir()
+    log.write_text("step 1 loss 0.5\n" * 100_000)
+    assert progress.input_bytes([log.parent]) == log.stat().st_size
+    out = _Terminal()
+    with progress.reading(True, out, paths=[log.parent]):
+        load([log.parent])
+    shown = out.getvalue()
+    assert "%" in shown and "1.6/1.6 MB" in shown, shown[-400:]
+    assert re.search(r"\d:\d\d:\d\d", shown)  # the time-left column
+    packed = tmp_path / "logs.tar.gz"
+    packed.write_bytes(b"")
+    assert progress.input_bytes([log.parent, packed]) is None
+    assert progress.input_bytes([_bundle(tmp_path / "b")]) is None
+    out = _Terminal()
+    with progress.reading(True, out, paths=[packed]):
+        load([log.parent])
+    assert "%" not in out.getvalue() and "/1.6 MB" not in out.getvalue()
+
+
+def test_inputs_bytes_of_bundle_logs(tmp_path: Path) -> None:
+    """``inputs[].bytes`` of a bundle's logs is their size, whether they were read raw or
+    taken from collect's pre-parsed summaries."""
+    from ddp_autopsy.collectors import summaries
+
+    bundle = _bundle(tmp_path)
+    sizes = {p.name: p.stat().st_size for p in (bundle / "logs").rglob("*.log")}
+
+    def logged() -> tuple[list[tuple[str, int]], list[str]]:
+        res = CliRunner().invoke(main, ["analyze", str(bundle), "--format", "json"])
+        doc = json.loads(res.stdout)
+        jsonschema.validate(doc, _schema("analysis"))
+        return ([(Path(i["path"]).name, i["bytes"]) for i in doc["inputs"] if i["kind"] == "log"],
+                [n["message"] for n in doc["notes"]])
+
+    raw, _ = logged()
+    assert len(raw) == 5 and all(n == sizes[name] and n > 0 for name, n in raw), raw
+    manifest = json.loads((bundle / layout.MANIFEST).read_text())
+    manifest["summaries"] = summaries.write(bundle)
+    (bundle / layout.MANIFEST).write_text(json.dumps(manifest))
+    summarized, notes = logged()
+    assert not [n for n in notes if "summar" in n], notes  # the summary was used, not re-read
+    assert sorted(summarized) == sorted(raw)
