@@ -191,6 +191,8 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      {"ifname": "lo", "addr": "127.0.0.1"}),  # NCCL 2.3
     ("nccl_connect_failure", "gpu-1012:4153:4209 [1] include/socket.h:361 NCCL WARN Call to "
      "connect timeout : Connection refused", {"err": "Connection refused"}),  # NCCL 2.3
+    ("nccl_error_trace", "node03:2330:2658 [2] NCCL INFO bootstrap.cc:270 -> 2",
+     {"file": "bootstrap.cc", "code": 2}),
     # the node count a launch asked for (a pasted command line, torchelastic's launch config)
     ("launch_nodes", "python -m torch.distributed.launch --nnode=2 --node_rank=1 "
      "--nproc_per_node=1 train.py", {"n": 2}),

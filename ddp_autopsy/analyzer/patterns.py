@@ -861,6 +861,16 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?P<around2>\d+)",
         around=int,
     ),
+    # NCCL's error return chain (NCCLCHECK: INFO "%s:%d -> %d"): "NCCL INFO misc/socket.cc:567
+    # -> 2", "bootstrap.cc:270 -> 2" — a call failed with that ncclResult_t (1 unhandled CUDA
+    # error, 2 system error, 3 internal error, 4 invalid argument, 5 invalid usage, 6 remote
+    # error; 7, in progress, is no failure). Often all a log holds when NCCL's WARN went elsewhere.
+    _p(
+        "nccl_error_trace",
+        (".cc:", ".cu:"),
+        r"NCCL INFO (?P<file>[\w/.-]+\.(?:cc|cu)):(?P<line>\d+) -> (?P<code>[1-6])\s*$",
+        code=int,
+    ),
     # NCCL init: "Invalid rank requested : 2/2" (a rank not below the communicator's size: the
     # RANK / WORLD_SIZE handed to the job disagree)
     _p(
@@ -1034,6 +1044,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "nccl_message_truncated": {"failure"},
     "nccl_bootstrap_mismatch": {"failure"},
     "nccl_invalid_rank": {"failure"},
+    "nccl_error_trace": {"failure"},
     "cuda_failure": {"failure"},
     "listen_failed": {"failure"},
     "store_barrier_wait": {"info"},
