@@ -4,7 +4,6 @@ that hangs, real py-spy dumps, the verdict, report.html, and nothing of the job 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -18,6 +17,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 from test_json_contract import SCHEMA
+
+from ddp_autopsy.reports import html
 
 TAG_ENV = "DDP_AUTOPSY_DEMO_TEST_TAG"
 TIMEOUT_S = 240.0
@@ -100,10 +101,7 @@ def test_demo_diagnoses_its_hang_and_cleans_up(tmp_path: Path) -> None:
 
     # report.html: the same verdict, and nothing fetched from elsewhere.
     doc = (tmp_path / "report.html").read_text()
-    m = re.search(r'<script type="application/json" id="ddp-autopsy-analysis">(.*?)</script>',
-                  doc, re.S)
-    assert m is not None
-    data = json.loads(m.group(1))
+    data = html.embedded_analysis(doc)  # the per-rank lists are embedded by column
     jsonschema.validate(data, SCHEMA)
     verdict = data["verdict"]
     assert verdict["cause"] == "rank_stuck_outside_collective" and verdict["ranks"] == [0]

@@ -366,15 +366,21 @@ def pdf_pages(pdf: bytes) -> int:
     return len(re.findall(rb"/Type\s*/Page[^s]", pdf))
 
 
-def test_three_rank_hang_prints_on_two_pages(hang3: Path,
+@pytest.mark.parametrize("name", ["hang3", pytest.param(
+    "stuck_in_eval", marks=pytest.mark.scenario("stuck_in_eval"))])
+def test_three_rank_hang_prints_on_two_pages(name: str, request: pytest.FixtureRequest,
                                              open_page: Callable[..., Opened]) -> None:
-    page = open_page(hang3).page
+    """The fixture hang and the real one (a collect bundle and torchrun's console: two root
+    causes, the runner's SIGTERM being the second)."""
+    path: Path = request.getfixturevalue(name)
+    page = open_page(path).page
     page.emulate_media(media="print")
     assert page.evaluate("[...document.querySelectorAll('.anchor')]"
                          ".every(a => !a.checkVisibility())")  # no printed '#'
     pdf = page.pdf(format="A4")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / "hang3-print.pdf").write_bytes(pdf)
+    (ARTIFACTS / f"{name}-print.pdf").write_bytes(pdf)
+    shutil.copy(path, ARTIFACTS / f"{name}-print.html")
     assert 1 <= pdf_pages(pdf) <= 2, pdf_pages(pdf)
     # A margin on every side: @page, not the browser's default of none.
     assert page.evaluate("[...document.styleSheets].some(s => [...s.cssRules].some(r => "

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from html import unescape
 from pathlib import Path
 
+import jsonschema
 import polars as pl
 import pytest
 from click.testing import CliRunner
@@ -23,7 +24,9 @@ from markupsafe import escape
 from ddp_autopsy.analyzer.events import EVENT_SCHEMA
 from ddp_autopsy.analyzer.job import ENV_SCHEMA, Bundle, load
 from ddp_autopsy.cli import main as cli
+from ddp_autopsy.redact import redact_obj
 from ddp_autopsy.reports import html, json_report
+from ddp_autopsy.reports.html import columns
 from ddp_autopsy.rules.engine import Analysis, run
 
 #: Planted in log lines, stack frames, env values, host and thread names and file paths; must
@@ -659,8 +662,9 @@ def test_doctests() -> None:
 
     from ddp_autopsy.reports.html import common
 
-    result = doctest.testmod(common)
-    assert result.failed == 0 and result.attempted > 0
+    for module in (common, columns):
+        result = doctest.testmod(module)
+        assert result.failed == 0 and result.attempted > 0, module
 
 
 def test_script_json_escapes_markup() -> None:
@@ -681,6 +685,15 @@ def test_4096_ranks_stay_small(tmp_path: Path) -> None:
     assert 'id="r1234" title="rank 1234 · culprit' in doc.replace('class="culprit" ', "")
     assert "Outlier: rank 1234 in evaluate (train.py:30)" in doc
     assert len(re.findall(r'<rect class="m ', doc)) <= html.TIMELINE_MAX_MARKS
+    # The per-rank lists are embedded by column: small, and every row comes back.
+    raw = json.loads(embedded_json(doc))
+    assert len(json.dumps(raw["ranks"], ensure_ascii=False)) < 600_000
+    data = html.embedded_analysis(doc)
+    want = redact_obj(json.loads(json_report.render(a)))
+    assert data["ranks"] == want["ranks"] and len(data["ranks"]["table"]) == 4096
+    jsonschema.validate(data, json.loads(
+        (Path(json_report.__file__).parent.parent / "schemas" / "analysis.schema.json")
+        .read_text()))
 
 
 def test_cli_report_and_analyze_html(tmp_path: Path) -> None:
@@ -751,3 +764,27 @@ def test_tick_labels_differ_from_their_neighbours(tmp_path: Path) -> None:
     tl = section(html.render(a), "timeline")
     labels = re.findall(r'<text class="tick" x="[\d.]+"[^>]*>([^<]*)</text>', tl)
     assert len(labels) >= 3 and len(set(labels)) == len(labels), labels
+
+
+COLUMN_CASES = {
+    "empty": [],
+    "one": [{"a": 1, "b": None, "c": "x"}],
+    "mixed": [{"n": v, "s": t, "l": lst} for v, t, lst in [
+        (1, "", [1]), (True, None, [1]), (1.0, "abc", []), (None, "abc", None), (2, "xabcx", [2]),
+        (3, "é😀 ab", ["a"]), (4, "é😀 ab", ["a"]), (0, "ab", ["a"]), (-5, None, None)]],
+    "ranges": [{"rank": r, "pid": 100 + 2 * r if r % 7 else None, "host": f"n{r // 8}",
+                "t": f"2026-11-22T13:{r // 60:02d}:{r % 60:02d}"} for r in range(200)],
+}
+
+
+@pytest.mark.parametrize("case", list(COLUMN_CASES))
+def test_columns_round_trip_exactly(case: str) -> None:
+    rows = COLUMN_CASES[case]
+    table = json.loads(json.dumps(columns.encode(rows)))  # through JSON, as embedded
+    back = columns.decode(table)
+    assert back == rows
+    # Types survive too (True is not 1, 1.0 is not 1).
+    assert [[type(v) for v in r.values()] for r in back] == \
+        [[type(v) for v in r.values()] for r in rows]
+    with pytest.raises(ValueError):
+        columns.decode({**table, "encoding": "rows"})

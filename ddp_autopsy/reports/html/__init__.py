@@ -13,16 +13,20 @@ lines in context, anchors ``#F1``, ``#F1-e1``), ``stacks`` (the merged stacks of
 examined, collection metadata) and ``collectives``; ``common`` holds the text helpers and bounds;
 this module assembles the page. The analysis JSON
 (``ddp-autopsy/analysis/1``) is embedded as ``<script type="application/json"
-id="ddp-autopsy-analysis">``. See docs/report.md.
+id="ddp-autopsy-analysis">``, its per-rank lists stored by column (``columns``: lossless;
+:func:`embedded_analysis` reads it back as analysis/1). See docs/report.md.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
+from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
@@ -32,6 +36,7 @@ from ddp_autopsy.analyzer.stacktree import StackTree
 from ddp_autopsy.redact import redact_obj
 from ddp_autopsy.reports import json_report
 from ddp_autopsy.reports.html.collectives import CollGroupView, collectives_views
+from ddp_autopsy.reports.html.columns import compact, expand
 from ddp_autopsy.reports.html.common import TIMELINE_MAX_MARKS, clean, script_json
 from ddp_autopsy.reports.html.environment import EnvView, env_view
 from ddp_autopsy.reports.html.findings import ContextReader, FindingView, finding_view
@@ -42,8 +47,8 @@ from ddp_autopsy.reports.html.stacks import TreeView, tree_view
 from ddp_autopsy.reports.html.timeline import CATEGORY_LABEL, TimelineView, timeline_view
 from ddp_autopsy.rules.engine import Analysis
 
-__all__ = ["STATES", "TIMELINE_MAX_MARKS", "Page", "clean", "page", "rank_states", "render",
-           "script_json"]
+__all__ = ["STATES", "TIMELINE_MAX_MARKS", "Page", "clean", "embedded_analysis", "expand", "page",
+           "rank_states", "render", "script_json"]
 
 
 @dataclass
@@ -156,7 +161,7 @@ def page(analysis: Analysis, tree: StackTree | None = None,
         env=env, inputs=inputs_view(analysis), bundles=bundles[:64],
         bundles_more=max(0, len(bundles) - 64), elapsed=f"{job.elapsed_s:.2f} s",
         csp=csp, script=Markup(script),
-        data=script_json(redact_obj(json_report.to_dict(analysis))),
+        data=script_json(compact(redact_obj(json_report.to_dict(analysis)))),
         collectives=collectives_views(analysis), ranks=rank_table_view(analysis),
         absent=absent,
     )
@@ -168,3 +173,15 @@ def render(analysis: Analysis, *, tree: StackTree | None = None,
     return _env().get_template("report.html.j2").render(p=page(analysis, tree, now),
                                                         states=STATES,
                                                         cat_labels=CATEGORY_LABEL)
+
+
+EMBEDDED = re.compile(r'<script type="application/json" id="ddp-autopsy-analysis">(.*?)</script>',
+                      re.S)
+
+
+def embedded_analysis(doc: str) -> dict[str, Any]:
+    """The analysis a report embeds, in the ``ddp-autopsy/analysis/1`` form (docs/json.md)."""
+    m = EMBEDDED.search(doc)
+    if m is None:
+        raise ValueError("no embedded analysis (#ddp-autopsy-analysis) in this document")
+    return expand(json.loads(m.group(1)))
