@@ -90,13 +90,21 @@ class SilentRanks(Rule):
             return
         if len(silent) > max(1, world // 2):
             # Most ranks silent: the logs are a fragment. A timeout still means some rank never
-            # reached the collective.
+            # reached the collective. Rank 0 exists in every job, and rank-0-only work is the
+            # usual reason one rank is elsewhere: when it is not among those that waited, it is
+            # the first suspect (named as such, at a low confidence).
+            summary = (f"{rank_phrase(waiting).capitalize()} timed out waiting in "
+                       f"{_collective(job, timeouts)}: some other rank never reached it, and the "
+                       "inputs hold nothing from the ranks it waited for")
+            suspect = 0 in silent
+            if suspect:
+                summary += (". Rank 0 is not among the ranks that timed out: rank-0-only work "
+                            "(evaluation, checkpointing, logging, data preparation) is the most "
+                            "common reason, so look at what rank 0 was doing first")
             yield self.finding(
-                f"{rank_phrase(waiting).capitalize()} timed out waiting in "
-                f"{_collective(job, timeouts)}: some other rank never reached it, and the inputs "
-                "hold nothing from the ranks it waited for.",
-                evidence=[evidence_of(timeouts[0])], ranks=(), confidence=0.3,
-                ts=first_ts(timeouts), details={"waiting_ranks": sorted(waiting)})
+                summary + ".", evidence=[evidence_of(timeouts[0])],
+                ranks=(0,) if suspect else (), confidence=0.3, ts=first_ts(timeouts),
+                details={"waiting_ranks": sorted(waiting), "suspect": 0 if suspect else None})
             return
         last = _last_lines(events, silent)
         op = _collective(job, timeouts)
