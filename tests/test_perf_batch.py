@@ -42,7 +42,8 @@ def _inputs(root: Path) -> Path:
     (odd / "bom.log").write_bytes(b"\xef\xbb\xbf" + oom)
     (odd / "utf16.log").write_bytes(oom.decode().encode("utf-16"))
     (odd / "latin1.log").write_bytes(b"caf\xe9 " + oom)
-    (odd / "ansi.log").write_bytes(b"\x1b[31m" + oom.rstrip(b"\n") + b"\x1b[0m\n")
+    (odd / "ansi.log").write_bytes(b"\x1b[31m" + oom.rstrip(b"\n") + b"\x1b[0m\n"
+                                   + b"[rank3]: CUDA out of\x1b[1m memory. Tried to allocate\n")
     (odd / "crlf.log").write_bytes(oom.replace(b"\n", b"\r\n") * 3)
     (odd / "zlib-like.log").write_bytes(b"x^2 is not a header\n" + oom)
     (odd / "stack.txt").write_bytes(PYSPY)
@@ -60,10 +61,13 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _load(path: Path, monkeypatch: pytest.MonkeyPatch, *, presift: bool,
-          batch_bytes: int = events.BATCH_BYTES) -> job.Job:
+          batch_bytes: int = events.BATCH_BYTES, hyperscan: bool = False) -> job.Job:
+    """``path`` loaded, each file on its own or batched; with Hyperscan's filter for every
+    block, or polars' for all."""
     with monkeypatch.context() as m:
         m.setattr(job, "PRESIFT_FILES", 2 if presift else 10**9)
         m.setattr(events, "BATCH_BYTES", batch_bytes)
+        m.setattr(events, "HYPERSCAN_MIN", 0 if hyperscan else 1 << 62)
         return job.load([path])
 
 
@@ -73,12 +77,27 @@ def _same(a: job.Job, b: job.Job) -> None:
     assert [r.to_dict() for r in a.inputs] == [r.to_dict() for r in b.inputs]
 
 
+HYPERSCAN = [False, pytest.param(True, marks=pytest.mark.skipif(
+    events._hyperscan() is None, reason="Hyperscan not installed (pip install hyperscan)"))]
+
+
+@pytest.mark.parametrize("hyperscan", HYPERSCAN)
 @pytest.mark.parametrize("batch_bytes", [1, 256 << 10, events.BATCH_BYTES])
-def test_batched_reading_equals_reading_each_file(inputs: Path, batch_bytes: int,
+def test_batched_reading_equals_reading_each_file(inputs: Path, batch_bytes: int, hyperscan: bool,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     alone = _load(inputs, monkeypatch, presift=False)
     assert alone.events.height > 500 and len(alone.inputs) > 150
-    _same(alone, _load(inputs, monkeypatch, presift=True, batch_bytes=batch_bytes))
+    _same(alone, _load(inputs, monkeypatch, presift=True, batch_bytes=batch_bytes,
+                       hyperscan=hyperscan))
+
+
+@pytest.mark.skipif(events._hyperscan() is None, reason="Hyperscan not installed")
+def test_hyperscan_finds_the_lines_polars_finds(inputs: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each file alone, its blocks filtered by Hyperscan or by polars (and a file of several
+    blocks: big.log, read on the pool)."""
+    _same(_load(inputs, monkeypatch, presift=False),
+          _load(inputs, monkeypatch, presift=False, hyperscan=True))
 
 
 def test_every_way_out_of_the_batch_is_taken(inputs: Path) -> None:

@@ -494,14 +494,95 @@ def _sift(block: bytes, head: bool, known: FilePrefix | None = None,
     elif writers is None and not head:  # no writer named in the file's first lines: here?
         writers = block_writers(frame["text"], known)
     prefix = known if head else None
-    cands = frame.filter(FIRST_LEVEL)
+    cands = _candidates(frame, block, replaced)
     opens = False
     if cands.height:
-        cands = cands.filter(SECOND_LEVEL)
         opens = any(o in text for text in cands["text"] for o in OPENERS)
         if opens:
             cands = _with_context(cands, frame)
     return _Sifted(frame, cands, prefix, replaced, opens, _tails(frame, writers))
+
+
+def _candidates(frame: pl.DataFrame, block: bytes, replaced: bool) -> pl.DataFrame:
+    """The lines of ``frame`` (``block`` split by :func:`_lines`) that hold a needle: found
+    by Hyperscan in the block's bytes when it is installed and the lines are the block's bytes
+    as they are (no bad UTF-8 replaced, no ANSI stripped), else by polars' two-level filter."""
+    if _use_hyperscan(block, replaced):
+        lines = _needle_lines(block, frame.height)
+        if lines is not None:
+            return _rows(frame, lines[0])
+    cands = frame.filter(FIRST_LEVEL)
+    return cands.filter(SECOND_LEVEL) if cands.height else cands
+
+
+def _rows(frame: pl.DataFrame, rows: list[int]) -> pl.DataFrame:
+    return frame[rows] if rows else frame.clear()
+
+
+def _use_hyperscan(block: bytes, replaced: bool) -> bool:
+    """Whether the lines polars read are the block's bytes as they are (no bad UTF-8 replaced,
+    no ANSI stripped) and the block is worth a Hyperscan pass."""
+    return not replaced and len(block) >= HYPERSCAN_MIN and b"\x1b" not in block
+
+
+# --- Hyperscan: the needles in one pass over the bytes (optional: ``ddp-autopsy[fast]``) ------
+
+#: Below this many bytes, polars' filter (no database to compile: ~0.05 s once).
+HYPERSCAN_MIN = 256 << 10
+_hs: Any = None  # the module, False when it cannot be used
+_hs_db: Any = None
+_hs_local = threading.local()
+_hs_lock = threading.Lock()
+
+
+def _hyperscan() -> Any:
+    """The compiled needle database, or None (Hyperscan not installed, or it failed)."""
+    global _hs, _hs_db
+    if _hs is None:
+        with _hs_lock:
+            if _hs is None:
+                try:
+                    import hyperscan
+
+                    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+                    db.compile(expressions=[n.encode() for n in NEEDLES], literal=True,
+                               ids=list(range(len(NEEDLES))), elements=len(NEEDLES))
+                    _hs, _hs_db = hyperscan, db
+                except Exception:  # not installed, or no wheel for this CPU: polars does it
+                    _hs = False
+    return _hs_db if _hs else None
+
+
+def _needle_lines(block: bytes, height: int, marks: Collection[int] = ()
+                  ) -> tuple[list[int], list[int]] | None:
+    """The 0-based numbers of the lines of ``block`` that hold a needle, and the number of
+    lines before each byte offset of ``marks`` (ascending), counted in one pass (None: no
+    Hyperscan, or the block's lines are not ``height`` lines ended by newlines)."""
+    db = _hyperscan()
+    if db is None:
+        return None
+    scratch = getattr(_hs_local, "scratch", None)
+    if scratch is None:  # one per thread: scans run on the pool's threads at once
+        scratch = _hs_local.scratch = _hs.Scratch(db)
+    ends: list[int] = []
+    db.scan(block, match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(end),
+            scratch=scratch)
+    # Match ends as (offset, 0), marks as (offset, 1): a mark at a match's end comes after it.
+    points = sorted([*((end, 0) for end in ends), *((m, 1) for m in marks)])
+    found: list[int] = []
+    marked: list[int] = []
+    pos = line = 0
+    for offset, is_mark in points:
+        line += block.count(b"\n", pos, offset)
+        pos = offset
+        if is_mark:
+            marked.append(line)
+        elif not found or found[-1] != line:
+            found.append(line)
+    # The lines must be the frame's.
+    if line + block.count(b"\n", pos) + (not block.endswith(b"\n")) != height:
+        return None
+    return found, marked
 
 
 #: What a blank line holds (the same as ``lines.WriterKey``'s regexes).
@@ -626,31 +707,40 @@ def _sift_batch(datas: list[bytes]) -> list[_Sifted]:
     so that only those files are noted)."""
     if len(datas) == 1:
         return [_sift(datas[0], True)]
-    frame, replaced = _lines(b"".join(datas))
+    block = b"".join(datas)
+    if b"\x1b" in block:  # files with ANSI colours alone (their lines differ from their bytes)
+        return _apart(datas, [b"\x1b" in d for d in datas])
+    frame, replaced = _lines(block)
     if replaced:  # the files with invalid UTF-8 alone, the others still together
         bad = [not _utf8(d) for d in datas]
-        if not any(bad):
-            return [_sift(d, True) for d in datas]
-        good = iter(_sift_batch([d for d, b in zip(datas, bad, strict=True) if not b]))
-        return [_sift(d, True) if b else next(good) for d, b in zip(datas, bad, strict=True)]
-    counts = [d.count(b"\n") for d in datas]
-    if frame.height != sum(counts):
+        return _apart(datas, bad) if any(bad) else [_sift(d, True) for d in datas]
+    hs = _needle_lines(block, frame.height,
+                       list(itertools.accumulate(map(len, datas)))[:-1]) \
+        if _use_hyperscan(block, False) else None
+    if hs is not None:
+        starts = [0, *hs[1], frame.height]
+        cands = _rows(frame, hs[0])
+    else:
+        starts = list(itertools.accumulate((d.count(b"\n") for d in datas), initial=0))
+        cands = _candidates(frame, block, False)
+    if starts[-1] != frame.height:
         return [_sift(d, True) for d in datas]
-    starts = list(itertools.accumulate(counts, initial=0))
-    text = frame["text"]
-    prefixed = frame.select(_PREFIXED.arg_true()).to_series().to_list() \
-        if text.len() else []
-    cands = frame.filter(FIRST_LEVEL)
-    if cands.height:
-        cands = cands.filter(SECOND_LEVEL)
+    counts = [b - a for a, b in itertools.pairwise(starts)]
+    # Prefix detection's samples, one regex pass for all (hits: indices in ``sample``).
+    sizes = [min(n, SAMPLE_LINES) for n in counts]
+    sample = frame if sizes == counts else pl.concat(
+        [frame.slice(start, n) for start, n in zip(starts, sizes, strict=False)], rechunk=False)
+    prefixed = sample.select(_PREFIXED.arg_true()).to_series().to_list() \
+        if sample.height else []
+    in_sample = list(itertools.accumulate(sizes, initial=0))
     cand_lines = cands["line"].to_list()
     cand_text = cands["text"].to_list()
     out = []
     for i, n in enumerate(counts):
         start = starts[i]
         part = frame.slice(start, n)
-        if bisect.bisect_left(prefixed, start) < bisect.bisect_left(
-                prefixed, start + min(n, SAMPLE_LINES)):
+        if bisect.bisect_left(prefixed, in_sample[i]) < bisect.bisect_left(
+                prefixed, in_sample[i + 1]):
             known, writers = detect(part["text"])
         else:
             known, writers = NO_PREFIX, None
@@ -662,6 +752,12 @@ def _sift_batch(datas: list[bytes]) -> list[_Sifted]:
             mine = _with_context(mine, part)
         out.append(_Sifted(part, mine, known, False, opens, _tails(part, writers, start), start))
     return out
+
+
+def _apart(datas: list[bytes], alone: list[bool]) -> list[_Sifted]:
+    """``datas`` sifted: those marked ``alone`` one by one, the others as a batch."""
+    rest = iter(_sift_batch([d for d, a in zip(datas, alone, strict=True) if not a]))
+    return [_sift(d, True) if a else next(rest) for d, a in zip(datas, alone, strict=True)]
 
 
 def _utf8(data: bytes) -> bool:
