@@ -17,8 +17,9 @@ job torn down mid-step.
 The launcher's or the scheduler's line naming the signal or the cancellation.
 
 ## Remedy
-SIGHUP: run the job under `nohup`, `tmux`/`screen`, or submit it to the scheduler instead of an
-interactive shell. Time limit: ask for more time (`--time`), or checkpoint and requeue
+SIGHUP: run the job in `tmux`/`screen`, detach it with `setsid` (or `disown` it), or submit it to
+the scheduler instead of an interactive shell; `nohup` alone does not help, since torchrun's agent
+installs its own SIGHUP handler over the ignored signal. Time limit: ask for more time (`--time`), or checkpoint and requeue
 (`--signal=USR1@120` with a handler that saves). Preemption: checkpoint often and requeue. A plain
 SIGTERM: see who stopped it (`sacct -j JOBID`, the scheduler's or the orchestrator's events).
 
