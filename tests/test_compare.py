@@ -84,23 +84,38 @@ def test_compare_same_run_and_unreadable(tmp_path: Path) -> None:
 
 
 @pytest.mark.scenario
-def test_compare_a_real_bundle(tmp_path: Path) -> None:
-    """A real hung mp.spawn job, collected; compared with a copy whose torch version and one
-    rank's stack were changed, as a rerun on another image would be."""
+def test_compare_real_bundles(tmp_path: Path) -> None:
+    """Real hung mp.spawn jobs, collected: two runs at different world sizes; and one
+    compared with a copy whose torch version was changed, as a rerun on another image."""
     pytest.importorskip("torch")
     sys.path.insert(0, str(Path(__file__).parent))
     import collect_helpers as h
 
-    job = h.start_spawn(tmp_path / "spawn")
-    try:
-        job.wait_ready(2, 120)
-        out = subprocess.run([sys.executable, "-c", "import sys; from ddp_autopsy.cli import "
-                              "main; main(sys.argv[1:], prog_name='ddp-autopsy')", "collect",
-                              "--pid", str(job.pid), "--out", str(tmp_path / "a")],
-                             capture_output=True, text=True, timeout=180)
-    finally:
-        job.stop()
-    assert out.returncode == 0, out.stderr
+    def collected(nprocs: int, out: Path) -> None:
+        job = h.start_spawn(tmp_path / f"spawn{nprocs}", nprocs)
+        try:
+            job.wait_ready(nprocs, 120)
+            res = subprocess.run([sys.executable, "-c", "import sys; from ddp_autopsy.cli "
+                                  "import main; main(sys.argv[1:], prog_name='ddp-autopsy')",
+                                  "collect", "--pid", str(job.pid), "--out", str(out)],
+                                 capture_output=True, text=True, timeout=180)
+        finally:
+            job.stop()
+        assert res.returncode == 0, res.stderr
+
+    collected(2, tmp_path / "a")
+    # Two real bundles: the same hang at world size 2 and 3 (rank 1 in evaluate each time;
+    # rank 2, waiting in all_reduce, exists in the second run only).
+    collected(3, tmp_path / "c")
+    res = CliRunner().invoke(main, ["compare", str(tmp_path / "a"), str(tmp_path / "c"),
+                                    "--format", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["verdict"]["same"] and doc["verdict"]["a"]["ranks"] == [1], doc["verdict"]
+    assert [(r["rank"], r["a"]["state"], r["b"]["state"]) for r in doc["ranks"]] == [
+        (2, None, "waiting")], doc["ranks"]
+    assert doc["ranks"][0]["b"]["frame"] == "run (hang_allreduce.py:47)"  # its user frame
     a, b = tmp_path / "a", tmp_path / "b"
     shutil.copytree(a, b)
     changed = 0
