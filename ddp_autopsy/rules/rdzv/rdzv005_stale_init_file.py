@@ -56,8 +56,13 @@ class StaleInitFile(Rule):
 
     def check(self, job: Job) -> Iterator[Finding]:
         # NCCL's bootstrap root address travels through the store too (the ncclUniqueId).
+        # NCCL names the bootstrap in the line, or in the return chain it prints after it
+        # ("NCCL INFO bootstrap.cc:100 -> 2") from the same process.
+        in_bootstrap = {(r["source"], r["pid"]) for r in job.rows("nccl_error_trace")
+                        if "bootstrap" in str(r["data"].get("file", ""))}
         failures = job.rows("gloo_connect_failure") + [
-            r for r in job.rows("nccl_connect_failure") if "ootstrap" in r["text"]]
+            r for r in job.rows("nccl_connect_failure")
+            if "ootstrap" in r["text"] or (r["source"], r["pid"]) in in_bootstrap]
         failures.sort(key=lambda r: "Connection refused" not in r["text"])
         files = _collected_files(job)
         world = job.world_size
