@@ -177,6 +177,11 @@ def _explains(a: Finding, b: Finding) -> bool:
         return (a is crash) == (crash.ts <= store.ts)
     if b.cause in EXPLAINS.get(a.cause, set()):
         return True
+    if a.cause == "network_error_runtime" and b.cause == "missing_ranks" \
+            and a.details.get("timed_out"):
+        # Every rank timed out inside a collective: all of them had joined; what never arrived
+        # is the traffic the network dropped.
+        return True
     ra, rb = set(a.ranks), set(b.ranks)
     if a.cause == "job_terminated" and b.cause == "rank_crashed":
         # The crashes that followed the signal are its consequence; an earlier one is not.

@@ -7,17 +7,26 @@ from 10.0.0.2<33759> failed : Connection reset by peer"), InfiniBand completion 
 events. Reported as the root cause only when nothing else failed first: a peer that crashed
 resets its connections too.
 
+From `collect` bundles of a live job: a node whose connect to the master port times out while
+the master's node shows that port listening. Packets between them are dropped (a refused connect
+would mean nothing listens); with three nodes or more, a master that no other node reaches is
+the node cut off. With two nodes the side cannot be told: the node that fails to connect is
+named.
+
 ## Why it hangs or kills the job
 A collective in flight loses its connection; NCCL reports ncclRemoteError or ncclSystemError and
 the watchdog takes the process down, and the others follow.
 
 ## Evidence
-The transport error lines with the peer address and the decoded IB status.
+The transport error lines with the peer address and the decoded IB status; or each bundle's
+network probe (`network/probe.json`: the connect that timed out, the port listening).
 
 ## Remedy
 Check the links between the named hosts (NIC and switch counters, `ibstat`, cabling, link
 flaps), exclude flaky nodes, and for IB retry exhaustion consider `NCCL_IB_TIMEOUT`/
-`NCCL_IB_RETRY_CNT`. If a rank crashed first, fix that instead.
+`NCCL_IB_RETRY_CNT`. If a rank crashed first, fix that instead. A connect that times out
+between nodes: look for a firewall rule (`iptables -S`, security groups) or a link down on
+either side (`ip link`, `ping` both ways).
 
 ## Example
 ```
@@ -32,8 +41,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import polars as pl
+
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule
+from ddp_autopsy.bundle_layout import NETWORK_PROBES
+from ddp_autopsy.rules.base import Evidence, Finding, Rule
+from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
 IB_STATUS = {4: "IBV_WC_LOC_PROT_ERR", 5: "IBV_WC_WR_FLUSH_ERR", 10: "IBV_WC_REM_ACCESS_ERR",
              12: "IBV_WC_RETRY_EXC_ERR (peer unreachable or link down)",
@@ -49,6 +62,8 @@ class NetworkErrorRuntime(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("network_error")
         if not rows:
+            yield from self._cut_off(job)
+            yield from self._store_silent(job)
             return
         peers = sorted({r["data"]["peer"] for r in rows if r["data"].get("peer")})
         statuses = sorted({r["data"]["status"] for r in rows
@@ -61,3 +76,88 @@ class NetworkErrorRuntime(Rule):
             summary += f" ({what})"
         yield self.from_rows(rows, summary + ".", confidence=0.55,
                              details={"peers": peers, "ib_status": statuses})
+
+    def _cut_off(self, job: Job) -> Iterator[Finding]:
+        """Bundles of a live job: a node's connect to the master port times out while the
+        master's own node shows that port listening, so packets between them are dropped (a
+        firewall rule, a link or a switch port down). Refused would mean nothing listens."""
+        listening: dict[int, str] = {}  # port -> the host listening on it
+        tried: dict[str, dict[int, dict]] = {}  # host -> port -> its probe
+        where: dict[str, str] = {}  # host -> its bundle's probe file
+        for b in job.bundles:
+            host = b.manifest.get("host")
+            if host:
+                where[host] = f"{b.display}/{NETWORK_PROBES}"
+            for p in b.probes:
+                port = p.get("master_port")
+                if not host or not isinstance(port, int):
+                    continue
+                if p.get("listening_here"):
+                    listening[port] = host
+                else:
+                    tried.setdefault(host, {})[port] = p
+        probing = {h: {port: p for port, p in ports.items() if port in listening}
+                   for h, ports in tried.items() if h not in listening.values()}
+        probing = {h: ports for h, ports in probing.items() if ports}
+        cut = sorted(h for h, ports in probing.items() if ports and all(
+            not (p.get("connect") or {}).get("ok")
+            and "timed out" in str((p.get("connect") or {}).get("error", ""))
+            for p in ports.values()))
+        if not cut:
+            return
+        master = sorted(set(listening.values()))
+        if len(cut) >= 2 and len(cut) == len(probing):
+            culprits = master  # no other node reaches the master: the master's node is cut off
+            summary = (f"{', '.join(master)} is cut off from the network: the other nodes "
+                       f"({', '.join(cut)}) time out connecting to its port, which it shows "
+                       "listening (packets dropped: a firewall rule, a link or switch port down)")
+        else:
+            culprits = cut
+            summary = (f"{', '.join(cut)} cannot reach {', '.join(master)} any more: connecting "
+                       "to the master port times out while that node shows it listening "
+                       "(packets dropped between them: a firewall rule, a link or switch port "
+                       "down)")
+        ports = sorted({port for h in cut for port in probing[h]})
+        ranks = [] if not job.rank_state.height else sorted(
+            job.rank_state.filter(pl.col("host").is_in(culprits))["rank"].to_list())
+        evidence = [Evidence(path=where[h], line=None, host=h,
+                             text=f"connect {p.get('master_addr')}:{port} from {h}: "
+                                  f"{(p.get('connect') or {}).get('error')}")
+                    for h in cut[:3] for port, p in sorted(probing[h].items())[:1]]
+        yield self.finding(
+            summary + ".", evidence=evidence, ranks=ranks, hosts=culprits, confidence=0.5,
+            details={"master": master, "ports": ports, "timed_out_from": cut})
+
+    def _store_silent(self, job: Job) -> Iterator[Finding]:
+        """Logs: every rank timed out in the same collective, none crashed or lost a peer
+        first, and a launcher's own read of the rendezvous store got no answer (``waitForInput:
+        socket ... timed out``): the network between that node and the master stopped carrying
+        packets mid-training. Its ranks are the ones its log holds."""
+        silent = [r for r in job.rows("store_wait_timeout") if r["rank"] is None]
+        if not silent:
+            return
+        timed_out = job.rows("gloo_timeout", "watchdog_timeout")
+        ranks = {r["rank"] for r in timed_out if r["rank"] is not None}
+        if len(ranks) < 2 or ranks != set(range(max(ranks) + 1)) \
+                or (job.world_size and len(ranks) != job.world_size):
+            return  # not every rank waited: someone else is the story
+        if job.rows("peer_closed", "oom") or any(
+                not CONSEQUENCE.search(r["text"]) for r in job.rows("exception")
+                if r["rank"] is not None):
+            return  # a rank failed by itself, or a peer's connection closed: not silence
+        ops = {r["data"]["frame"]["func"] for r in job.rows("exception")
+               if r["rank"] is not None and (r["data"].get("frame") or {}).get("func")}
+        if len(ops) > 1:
+            return  # ranks in different collectives (COLL012)
+        sources = {r["source"] for r in silent}
+        near = {r["rank"] for r in job.active_events.filter(pl.col("source").is_in(sources)
+                                                              & pl.col("rank").is_not_null())
+                .iter_rows(named=True)}
+        mine = sorted(near) if near and near != ranks else []
+        who = f"the node of ranks {', '.join(map(str, mine))}" if mine else "a node"
+        yield self.from_rows(
+            silent, f"Every rank timed out in the same collective while {who} got no answer "
+            "from the rendezvous store: the network between that node and the master stopped "
+            "carrying packets mid-training (a firewall rule, a link or switch port down).",
+            shown=2, ranks=mine, confidence=0.45,
+            details={"timed_out": sorted(ranks), "collective": sorted(ops)})
