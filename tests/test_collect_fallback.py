@@ -30,6 +30,8 @@ PROGRAM = """
 import faulthandler, signal, sys, threading, time
 if "--register" in sys.argv:
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+if "--other-handler" in sys.argv:  # a handler of its own, not faulthandler
+    signal.signal(signal.SIGUSR1, lambda *_: print("handled", flush=True))
 def worker():
     while True:
         time.sleep(0.05)
@@ -137,6 +139,19 @@ def test_no_signal_is_sent_without_declaration_or_handler(tmp_path: Path) -> Non
         assert proc.poll() is None, "the process was signalled"
     bad = faulthandler.take(os.getpid(), {faulthandler.ENV_VAR: "SIGNOPE"}, own_env={})
     assert bad.status == "unavailable" and "is not a signal" in bad.detail
+
+
+def test_a_handler_that_is_not_faulthandler_is_signalled_once(tmp_path: Path) -> None:
+    """Declared, and SigCgt shows a handler, but it is the job's own: no dump appears. That is
+    said, and the process is not signalled again (a watcher samples every round)."""
+    with program(tmp_path, "--other-handler", env=DECLARED) as (proc, log):
+        first = faulthandler.take(proc.pid, None, timeout=2, own_env={})
+        second = faulthandler.take(proc.pid, None, timeout=2, own_env={})
+        time.sleep(0.3)
+        assert proc.poll() is None
+        assert log.read_text().count("handled") == 1
+    assert first.status == "error" and "no faulthandler dump appeared" in first.detail
+    assert second.status == "error" and second.detail.endswith("(not sent again)")
 
 
 def test_output_to_a_pipe_is_not_triggered(tmp_path: Path) -> None:

@@ -59,6 +59,9 @@ FRAME_RE = re.compile(r'^  File "(?P<file>.*)", line (?P<line>\d+|\?+) in (?P<fu
 _SHORT = re.compile(r".*/(?:site-packages|dist-packages|lib/python\d+\.\d+t?)/")
 
 _lock = threading.Lock()  # one dump at a time in this process (ranks share log files)
+# processes that gave no dump after a signal: not signalled again (a watcher samples every
+# round; each silent attempt would cost its whole timeout). Keyed by (pid, start time).
+_silent: dict[tuple[int, int], str] = {}
 
 
 @dataclass
@@ -204,6 +207,10 @@ def take(pid: int, env: Mapping[str, str] | None, timeout: float = 5.0,
         return Dump("unavailable", f"{name} is declared ({who}) but pid {pid} has no handler "
                     "for it (faulthandler.register was not called there); not sent, it "
                     "would kill the process", signal=name)
+    started = procs.read_stat(pid)
+    key = (pid, started[2] if started else 0)
+    if key in _silent:
+        return Dump("error", _silent[key] + " (not sent again)", signal=name)
     files, others = _writable_files(pid)
     if not files:
         where = "; ".join(others) or "no file"
@@ -226,9 +233,10 @@ def take(pid: int, env: Mapping[str, str] | None, timeout: float = 5.0,
     if not threads:
         if not procs.exists(pid):
             return Dump("exited", "process exited during the faulthandler dump", signal=name)
-        return Dump("error", f"{name} sent, but no faulthandler dump appeared within "
-                    f"{timeout:g}s in {', '.join(sorted({p for p, _ in files.values()}))}",
-                    signal=name, written=written)
+        why = (f"{name} sent, but no faulthandler dump appeared within {timeout:g}s in "
+               f"{', '.join(sorted({p for p, _ in files.values()}))}")
+        _silent[key] = why
+        return Dump("error", why, signal=name, written=written)
     into = ", ".join(w.path for w in written if w.end) or "?"
     return Dump("ok", f"{sent}, written into {into}", threads, text, name, written)
 

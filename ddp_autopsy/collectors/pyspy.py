@@ -275,7 +275,9 @@ def _fallback_dump(bundle: Bundle, pid: int, failed: StackDump,
     fallback worked appended to its error."""
     base = layout.process_dir(pid)
     budget = min(step_timeout, 10.0)
-    outcome = bundle.probe("stack fallback (profiling.sampling / faulthandler)",
+    # named py-spy…: a stack step, reported through the process's stack status (not as a
+    # step_timeout problem)
+    outcome = bundle.probe("py-spy fallback (profiling.sampling / faulthandler)",
                            lambda: fallback(pid, env, budget), target=f"pid {pid}",
                            step_timeout=step_timeout, grace_s=1.0)
     if outcome is None or not outcome.done or outcome.value is None:
