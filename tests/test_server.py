@@ -604,6 +604,9 @@ def test_openapi_documents_the_api(server: sh.Server) -> None:
                  "/api/v1/incidents/{incident_id}/shares", "/api/v1/groups",
                  "/api/v1/groups/{group_id}/note"):
         assert path in spec["paths"]
+        assert all(op["security"] == [{"token": []}] for op in spec["paths"][path].values())
+    assert spec["components"]["securitySchemes"]["token"]["scheme"] == "bearer"
+    assert "security" not in spec["paths"]["/healthz"]["get"]
 
 
 def test_readme_two_command_start(tmp_path: Path) -> None:

@@ -384,3 +384,22 @@ def test_a_version_1_index_is_migrated(backend: Backend, tmp_path: Path) -> None
         assert queries.list_incidents(conn, queries.Filters(), "beta")[0] == []
     assert database.migrate() == 3  # idempotent
     database.dispose()
+
+
+def test_wrong_tokens_are_rate_limited(backend: Backend) -> None:
+    """Guessing tokens costs writes: a wrong token counts against the client's limit (per
+    process, as uploads do), a valid token's reads do not."""
+    if backend.name != "sqlite-dir":
+        pytest.skip("the limiter lives in the server process: the same on every backend")
+    s = backend.server(args=["--writes-per-minute", "3"]).start()
+    try:
+        for _ in range(3):
+            assert s.get("/api/v1/incidents", token="guess").status_code == 403
+        r = s.get("/api/v1/incidents", token="guess")
+        assert r.status_code == 429 and r.headers["retry-after"] == "60"
+        with httpx.Client(base_url=s.url) as c:
+            assert c.post("/login", data={"token": "guess"}).status_code == 429
+        for _ in range(5):
+            assert s.get("/api/v1/incidents", token=B).status_code == 200
+    finally:
+        s.stop()

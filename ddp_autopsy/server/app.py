@@ -125,6 +125,26 @@ def create_app(settings: Settings) -> FastAPI:
                               "groups and analyses.")
     app.state.settings, app.state.db, app.state.store = settings, database, store
 
+    def openapi() -> dict[str, Any]:
+        """The framework's schema, saying which operations need a token (all but /healthz)."""
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(title=app.title, version=app.version,
+                                 description=app.description, routes=app.routes)
+            schema.setdefault("components", {})["securitySchemes"] = {"token": {
+                "type": "http", "scheme": "bearer",
+                "description": "A project's token: it reads the project's incidents and those "
+                               "shared with it, and writes the project's."}}
+            for path, ops in schema["paths"].items():
+                for op in ops.values():
+                    if path != "/healthz":
+                        op["security"] = [{"token": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
     @app.middleware("http")
     async def headers(request: Request, call_next: Any) -> Response:
         response = await call_next(request)

@@ -274,12 +274,17 @@ def refresh_groups(conn: Connection, ids: list[str | None] | None = None) -> Non
     if ids is not None:
         ids = sorted({x for x in ids if x})
         q = q.where(g.c.id.in_(ids))
-        if conn.dialect.name != "sqlite":
-            # Two workers refreshing one group take turns: the second counts after the first
-            # committed (SQLite's writers already take turns).
-            conn.execute(sa.select(g.c.id).where(g.c.id.in_(ids)).order_by(g.c.id)
-                         .with_for_update())
+        lock_groups(conn, ids)
     conn.execute(q)
+
+
+def lock_groups(conn: Connection, ids: list[str | None]) -> None:
+    """Lock the groups' rows until the transaction ends, in id order: two workers refreshing
+    one group's counters take turns, the second counting after the first committed (SQLite's
+    writers take turns already)."""
+    if conn.dialect.name != "sqlite":
+        conn.execute(sa.select(groups.c.id).where(groups.c.id.in_(sorted({x for x in ids if x})))
+                     .order_by(groups.c.id).with_for_update())
 
 
 def _v3(conn: Connection) -> None:

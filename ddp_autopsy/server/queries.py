@@ -85,40 +85,52 @@ def list_incidents(conn: Connection, f: Filters, project: str, page_size: int = 
                    ) -> tuple[list[dict[str, Any]], bool]:
     """One page of the project's incidents, newest first, and whether there is a next page."""
     i = t.incidents
-    q = sa.select(i).where(visible(conn, project))
+    conds: list[sa.ColumnElement[bool]] = []
     if f.cause:
-        q = q.where(i.c.cause == f.cause)
+        conds.append(i.c.cause == f.cause)
     if f.rule:
-        q = q.where(i.c.rule == f.rule.upper())
+        conds.append(i.c.rule == f.rule.upper())
     if f.group:
-        q = q.where(i.c.group_id == f.group)
+        conds.append(i.c.group_id == f.group)
     if f.host:
-        q = q.where(i.c.hosts.like(f"%,{_like(f.host)},%", escape="\\"))
+        conds.append(i.c.hosts.like(f"%,{_like(f.host)},%", escape="\\"))
     if f.rank is not None:
-        q = q.where(i.c.culprit_ranks.like(f"%,{int(f.rank)},%"))
+        conds.append(i.c.culprit_ranks.like(f"%,{int(f.rank)},%"))
     if f.job:
         pat = f"%{_like(f.job)}%"
-        q = q.where(sa.or_(i.c.job_name.like(pat, escape="\\"),
-                           i.c.job_key.like(pat, escape="\\")))
+        conds.append(sa.or_(i.c.job_name.like(pat, escape="\\"),
+                            i.c.job_key.like(pat, escape="\\")))
     if f.user:
-        q = q.where(i.c.user_name == f.user)
+        conds.append(i.c.user_name == f.user)
     if f.since:
-        q = q.where(i.c.created_at >= _day(f.since))
+        conds.append(i.c.created_at >= _day(f.since))
     if f.until:
-        q = q.where(i.c.created_at < _day(f.until, end=True))
+        conds.append(i.c.created_at < _day(f.until, end=True))
     if f.q:
         # The evidence text holds every finding's summary and evidence lines.
         if len(f.q) >= 3 and not set(f.q) & set("%_\\") and t.has_text_index(conn):
             # SQLite FTS5 trigrams: the same case-insensitive substring match, indexed.
             fts = sa.text("SELECT rowid FROM incidents_fts WHERE evidence LIKE :pat") \
                 .bindparams(pat=f"%{f.q}%")
-            q = q.where(sa.literal_column("incidents.rowid").in_(fts))
+            conds.append(sa.literal_column("incidents.rowid").in_(fts))
         else:  # PostgreSQL: served by the pg_trgm index on lower(evidence) when present
             pat = f"%{_like(f.q.lower())}%"
-            q = q.where(sa.func.lower(i.c.evidence).like(pat, escape="\\"))
+            conds.append(sa.func.lower(i.c.evidence).like(pat, escape="\\"))
     page = max(1, f.page)
-    q = q.order_by(i.c.created_at.desc(), i.c.id.desc()).offset((page - 1) * page_size) \
-        .limit(page_size + 1)
+    newest = (i.c.created_at.desc(), i.c.id.desc())
+    own = sa.select(i).where(i.c.project == project, *conds)
+    if conn.execute(_shared_ids(project).limit(1)).first() is None:
+        q = own.order_by(*newest)  # the common case: the (project, created_at) index, in order
+    else:
+        # Its own and the shared, each in order and cut at the page's end, then merged: one
+        # "own OR shared" condition would sort every visible incident before the first page.
+        end = page * page_size + 1
+        shared = sa.select(i).where(i.c.id.in_(_shared_ids(project)), i.c.project != project,
+                                    *conds)
+        parts = [sa.select(x.order_by(*newest).limit(end).subquery()) for x in (own, shared)]
+        both = sa.union_all(*parts).subquery()
+        q = sa.select(both).order_by(both.c.created_at.desc(), both.c.id.desc())
+    q = q.offset((page - 1) * page_size).limit(page_size + 1)
     rows = [incident_row(r) for r in conn.execute(q).mappings()]
     return rows[:page_size], len(rows) > page_size
 

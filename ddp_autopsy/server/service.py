@@ -302,6 +302,11 @@ def analyse(settings: Settings, database: Database, store: Store, incident_id: s
                         template=fp.template, created_at=finished))
             except IntegrityError:
                 pass  # another worker made the group a moment ago
+        old_group = conn.execute(sa.select(t.incidents.c.group_id).where(
+            t.incidents.c.id == incident_id)).scalar()
+        # Counters are written under their groups' row locks, taken in one order (no deadlock
+        # between two workers whose incidents move between two groups).
+        t.lock_groups(conn, [fp.id, old_group])
         # New to this project (the webhook's event): the first to make its counter row.
         new_group = False
         stats = t.group_stats
@@ -324,8 +329,6 @@ def analyse(settings: Settings, database: Database, store: Store, incident_id: s
                                              t.analyses.c.status == "done")
             .order_by(t.analyses.c.started_at.desc(), t.analyses.c.id.desc()).limit(1)).scalar()
         if current == aid:
-            old_group = conn.execute(sa.select(t.incidents.c.group_id).where(
-                t.incidents.c.id == incident_id)).scalar()
             pending = conn.execute(sa.select(t.jobs.c.id).where(
                 t.jobs.c.incident_id == incident_id, t.jobs.c.state == "queued")).first()
             conn.execute(t.incidents.update().where(t.incidents.c.id == incident_id).values(
@@ -339,8 +342,8 @@ def analyse(settings: Settings, database: Database, store: Store, incident_id: s
             t.refresh_group_stats(conn, project, [fp.id, old_group])
     if new_group and settings.webhook:
         notify(settings, {"event": "new_group", "project": project, "group": fp.id,
-                          "cause": fp.cause,
-                          "rule": fp.rule, "template": fp.template, "incident": incident_id,
+                          "cause": fp.cause, "rule": fp.rule, "template": fp.template,
+                          "incident": incident_id,
                           "summary": (verdict or {}).get("summary"),
                           "group_url": f"{settings.public_url}/groups/{fp.id}",
                           "incident_url": f"{settings.public_url}/i/{incident_id}"})
