@@ -58,7 +58,7 @@ CONSEQUENCE = re.compile(
     r"|Watchdog caught|ChildFailedError|ProcessExitedException|ProcessRaisedException"
     r"|SignalException|KeyboardInterrupt|SystemExit|Socket Timeout|DistStoreError"
     r"|wait timeout after|detected by watchdog|Terminating the process|NCCL communicator was aborted"
-    r"|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
+    r"|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL error(?: in)?:"
     r"|Detected mismatch between collectives|failed to pass monitoredBarrier|Address already in use"
     r"|cannot be retrieved|while trying to connect to|failed to connect to any network address",
     re.I,

@@ -5,7 +5,11 @@ NCCL's rank-to-rank socket connections failing: "socketStartConnect: exceeded re
 (refused, 2.16–2.23), "connect to 10.0.0.2<45763> returned No route to host, exceeded error
 retry count after 35 attempts" (2.24+), "Connect to ... failed : Software caused connection
 abort", a handshake with the wrong magic (a stray client or a peer with another uniqueId), and
-failed proxy calls.
+failed proxy calls. With none of these, and NCCL's WARN lines not in the inputs, a bare
+"NCCL error ...: unhandled system error" (a system call failed), or only its return chain
+through NCCL's socket or bootstrap code ("NCCL INFO bootstrap.cc:270 -> 2"), is reported as the likely
+connection failure at a low confidence: sockets are where it fails most often, and the /dev/shm
+and InfiniBand failures that also raise it print lines of their own (NCCL003, NCCL004).
 
 ## Why it hangs or kills the job
 Communicator setup (or a later connection) cannot reach the peer: refused means nothing listens
@@ -43,6 +47,7 @@ class NcclConnectionFailure(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("nccl_connect_failure")
         if not rows:
+            yield from self._system_error(job)
             return
         peers = sorted({r["data"]["addr"] for r in rows if r["data"].get("addr")})
         errors = sorted({r["data"]["err"] for r in rows if r["data"].get("err")} | {"connection refused (retries exhausted)" for r in rows
@@ -56,3 +61,19 @@ class NcclConnectionFailure(Rule):
             summary += f": {'; '.join(errors[:3])}"
         yield self.from_rows(rows, summary + ".", confidence=0.8,
                              details={"peers": peers, "errors": errors})
+
+    def _system_error(self, job: Job) -> Iterator[Finding]:
+        """A bare ncclSystemError, NCCL's own account of it not in the inputs."""
+        rows = [r for r in job.rows("nccl_error")
+                if "system error" in str(r["data"].get("estr", ""))] or [
+            # or only its return chain: a system error (2) in NCCL's socket or bootstrap code
+            r for r in job.rows("nccl_error_trace") if r["data"].get("code") == 2
+            and any(k in str(r["data"].get("file", "")) for k in ("socket", "bootstrap"))]
+        if not rows or job.rows("shm_error", "network_error", "nccl_warn", "cuda_failure"):
+            return
+        yield self.from_rows(
+            rows, "NCCL failed a system call (unhandled system error) and printed nothing else "
+            "the inputs show: most often a connection between ranks that cannot be made (the "
+            "wrong network interface, a firewall, containers on separate networks). Run with "
+            "NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) to see which call failed.",
+            shown=2, confidence=0.35, details={"estr": rows[0]["data"].get("estr")})
