@@ -193,6 +193,8 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      "connect timeout : Connection refused", {"err": "Connection refused"}),  # NCCL 2.3
     ("nccl_error_trace", "node03:2330:2658 [2] NCCL INFO bootstrap.cc:270 -> 2",
      {"file": "bootstrap.cc", "code": 2}),
+    ("visible_devices", "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1]",
+     {"local_rank": 0, "devices": "0,1"}),  # Lightning
     # the node count a launch asked for (a pasted command line, torchelastic's launch config)
     ("launch_nodes", "python -m torch.distributed.launch --nnode=2 --node_rank=1 "
      "--nproc_per_node=1 train.py", {"n": 2}),

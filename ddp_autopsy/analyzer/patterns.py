@@ -769,6 +769,13 @@ PATTERNS: tuple[Pattern, ...] = (
         ("SOCKET_IFNAME set",),
         r"(?P<var>NCCL_SOCKET_IFNAME|GLOO_SOCKET_IFNAME) set (?:by environment )?to (?P<value>\S+)",
     ),
+    # Lightning's device report per process: "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1]"
+    _p(
+        "visible_devices",
+        "CUDA_VISIBLE_DEVICES: [",
+        r"LOCAL_RANK: (?P<local_rank>\d+) - CUDA_VISIBLE_DEVICES: \[(?P<devices>[^\]]*)\]",
+        local_rank=int,
+    ),
     # How many nodes the launch asked for, from a pasted command line or torchelastic's launch
     # configuration: "--nnodes=2", "--nnodes 1:4", "--nnode=2" (argparse takes the prefix),
     # "--node_rank=1", and the agent's "min_nodes : 2".
@@ -1033,6 +1040,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "no_socket_interface": {"failure"},
     "socket_ifname": {"info"},
     "launch_nodes": {"info"},
+    "visible_devices": {"info"},
     "nccl_interface": {"info"},
     "nccl_version": {"info"},
     "nccl_version_mismatch": {"failure"},

@@ -3,6 +3,9 @@
 ## What it detects
 NCCL's "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 1a000" (2.5–2.29) and
 "Multiple ranks detected using the same GPU" / "Multiple Ranks are using the same GPU" (2.30+).
+Without that line (older NCCL, or NCCL_DEBUG unset), NCCL's "invalid usage" at start-up in a
+one-node job whose processes see fewer GPUs than it has ranks (Lightning's "LOCAL_RANK: 0 -
+CUDA_VISIBLE_DEVICES: [0]" with "MEMBER: 2/2") is reported at a lower confidence.
 
 ## Why it hangs or kills the job
 NCCL refuses to build a communicator with two ranks on one device (ncclInvalidUsage): process
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, subject
 
@@ -42,6 +46,7 @@ class DuplicateGpu(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("duplicate_gpu")
         if not rows:
+            yield from self._too_few_devices(job)
             return
         ranks: set[int] = set()
         buses: set[str] = set()
@@ -53,3 +58,24 @@ class DuplicateGpu(Rule):
         who = subject(ranks, "Several ranks")
         yield self.from_rows(rows, f"{who} use the same GPU{where}.", shown=2, ranks=ranks,
                              confidence=0.95, details={"bus_ids": sorted(buses)})
+
+    def _too_few_devices(self, job: Job) -> Iterator[Finding]:
+        """NCCL's 'invalid usage' at start-up in a one-node job with more ranks than the
+        devices its processes see (Lightning's "CUDA_VISIBLE_DEVICES: [0]" for 2 ranks, from
+        `--gpus "0,0"`): two ranks on one GPU, which NCCL before 2.8 reports only that way."""
+        invalid = [r for r in job.rows("nccl_error")
+                   if "invalid usage" in str(r["data"].get("estr", ""))]
+        seen = job.rows("visible_devices")
+        worlds = [r["data"]["world"] for r in job.rows("run_start") if "world" in r["data"]]
+        if not invalid or not seen or not worlds or declared_nodes(job.events) > 1:
+            return
+        devices = {d.strip() for r in seen for d in r["data"]["devices"].split(",") if d.strip()}
+        world = max(worlds)
+        if len({r["host"] for r in seen}) > 1 or len(devices) >= world:
+            return
+        yield self.from_rows(
+            [*seen[:1], *invalid[:1]], f"{world} ranks run on one node that shows them "
+            f"{len(devices)} GPU{'s' if len(devices) != 1 else ''} "
+            f"(CUDA_VISIBLE_DEVICES: [{', '.join(sorted(devices))}]), and NCCL refused the "
+            "communicator with 'invalid usage': several ranks use the same GPU.",
+            ranks=(), confidence=0.6, details={"devices": sorted(devices), "world_size": world})
