@@ -12,6 +12,7 @@ full matrix listed: a cell that is wrong says so, a cell not run yet says "not r
     python benchmarks/bench_faults.py --topology 2x2 --mode logs       # a slice
     python benchmarks/bench_faults.py --fault sigstop --position node2 --topology 2x2
     python benchmarks/bench_faults.py --report-only                    # rewrite docs/faults.md
+    python benchmarks/bench_faults.py --rejudge --topology 2x2         # kept evidence, new code
 
 Needs root, ip, unshare and iptables (apt-get install -y iproute2 iptables).
 """
@@ -39,6 +40,7 @@ from faults.harness import (  # noqa: E402
     applicable,
     can_run,
     leftovers,
+    rejudge,
     run_cell,
 )
 
@@ -217,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/ddp_autopsy_faults"))
     parser.add_argument("--skip-done", action="store_true", help="keep cells already run")
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="analyze the kept evidence of the selected cells again (after a fix)")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help="where this run keeps its cells (a parallel slice: its own file, "
                         "tests/faults/results-<name>.json)")
@@ -227,7 +231,22 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, interrupted)
     results = load_results(args.results)
-    if not args.report_only:
+    if args.rejudge:
+        for k, old in sorted(results.items()):
+            fault, position, mode, topology = k.split("|")
+            if (args.fault and fault not in args.fault) or (
+                    args.position and position not in args.position) or (
+                    args.mode and mode not in args.mode) or (
+                    args.topology and topology not in args.topology):
+                continue
+            res = rejudge(old)
+            if res is None:
+                continue
+            results[k] = asdict(res)
+            mark = "ok " if res.right else "BAD"
+            print(f"rejudged {mark} {k:45s} {res.cause} {res.ranks}", flush=True)
+        save_results(results, args.results)
+    elif not args.report_only:
         why = can_run()
         if why:
             print(f"bench_faults: cannot run here: {why}", file=sys.stderr)

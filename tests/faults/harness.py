@@ -289,6 +289,8 @@ class CellResult:
     skipped: str | None = None  # not applicable / cannot run here
     rank_hosts: dict[int, str] = field(default_factory=dict)
     run_dir: str = ""
+    inputs: list[str] = field(default_factory=list)  # what analyze read (kept on disk)
+    node_ranks: list[int] = field(default_factory=list)  # the culprit node's ranks
     cluster: str = ""  # name prefix of its namespaces (for leftovers())
     tag: str = ""  # the tag its processes carried
 
@@ -488,6 +490,7 @@ def run_cell(fault: str, position: str, mode: str, topology: str, workdir: Path,
         result.error = (result.error or "") + f" rank {rank} ran on {hosts.get(rank)}, " \
             f"not node-{node}"
     inputs = [p for p in inputs if p.exists()]
+    result.inputs, result.node_ranks = [str(p) for p in inputs], node_ranks
     if not inputs:
         result.error = f"{result.error + '; ' if result.error else ''}no evidence to analyze"
         return result
@@ -507,3 +510,29 @@ def kill_tagged(tag: str) -> None:
     for pid in _tagged_pids(tag):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+
+
+def rejudge(old: dict[str, Any]) -> CellResult | None:
+    """A cell's kept evidence analyzed again by today's code (None when it is gone): the
+    verdict changes, the run and its seconds stay."""
+    run_dir = Path(old.get("run_dir") or "/nonexistent")
+    inputs = [Path(p) for p in old.get("inputs") or []] or sorted(
+        run_dir.glob("logs/node-*/console.log") if old["mode"] == "logs"
+        else run_dir.glob("bundle-node-*"))
+    if not inputs or not all(p.exists() for p in inputs):
+        return None
+    known = set(CellResult.__dataclass_fields__)
+    result = CellResult(**{k: v for k, v in old.items() if k in known})
+    result.rank_hosts = {int(k): v for k, v in result.rank_hosts.items()}
+    result.inputs = [str(p) for p in inputs]
+    if not result.node_ranks:
+        nproc = TOPOLOGIES[result.topology][1]
+        node = int(result.culprit_host.rsplit("-", 1)[1]) if result.culprit_host else 0
+        result.node_ranks = [r for r, h in result.rank_hosts.items()
+                             if h == result.culprit_host] or \
+            list(range(node * nproc, (node + 1) * nproc))
+    report = _analyze(inputs)
+    result.evidence = result.evidence.split("inputs {")[0].rstrip("; ")
+    judge(result, report, result.node_ranks)
+    (Path(result.run_dir) / "analysis.json").write_text(json.dumps(report, indent=1))
+    return result
