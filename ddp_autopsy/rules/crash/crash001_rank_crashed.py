@@ -96,7 +96,8 @@ class RankCrashed(Rule):
         frame = job.of_kind("exception").with_columns(
             pl.col("text").str.contains(f"(?i){CONSEQUENCE.pattern}").alias("consequence"))
         all_exceptions = job.decoded_rows(frame)
-        exceptions = [r for r in all_exceptions if not r["consequence"]]
+        exceptions = [r for r in all_exceptions
+                      if not r["consequence"] and not launcher_side(r["data"].get("frame"))]
         failures = job.rows("elastic_failure")
         spawns = job.rows("spawn_failed")
         # Exceptions attributed to a rank, earliest first where clocks say so.
@@ -195,3 +196,14 @@ def _crash_exit(code: object) -> bool:
     """A launcher-reported exit that is the worker's own failure: a non-zero status, or a
     signal native code raises (not the SIGKILL/SIGTERM of an OOM killer, launcher or scheduler)."""
     return isinstance(code, int) and (code > 0 or signal_name(code) in NATIVE_SIGNALS)
+
+
+#: Where the launcher's own code raises: torchelastic's agent and rendezvous, torchrun itself.
+LAUNCHER_CODE = re.compile(
+    r"torch[/\\]distributed[/\\](?:elastic[/\\](?:agent|rendezvous)[/\\]|run\.py$|launch\.py$)")
+
+
+def launcher_side(frame: object) -> bool:
+    """Whether an exception's innermost frame is the launcher's (its agent failing at
+    rendezvous, say): no rank crashed, the launch did."""
+    return isinstance(frame, dict) and bool(LAUNCHER_CODE.search(str(frame.get("file", ""))))
