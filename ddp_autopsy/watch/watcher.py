@@ -45,6 +45,7 @@ from ddp_autopsy.watch.shared import Meeting
 KEEP_ROUNDS = 3  # py-spy rounds kept in memory for the bundle's snapshots
 KILL_GRACE_S = 20.0
 SAMPLE_THREADS = 4
+START_SETTLE_S = 3.0  # run: the worker count unchanged this long means all ranks started
 
 
 @dataclass
@@ -136,14 +137,24 @@ class Watcher:
         waiting for its ranks to start)."""
         if self.child is not None:
             end = time.monotonic() + self.opts.start_timeout_s
+            seen: tuple[int, float] = (0, 0.0)  # workers found, since when
             while True:
                 if self.child.poll() is not None:
                     raise _Ended(self.child.returncode)
                 with contextlib.suppress(CollectError):
                     job = job_for_pid(self.child.pid)
-                    if any(m.role == "worker" for m in job.members):
+                    workers = [m.pid for m in job.members if m.role == "worker"]
+                    if len(workers) != seen[0]:
+                        seen = (len(workers), time.monotonic())
+                    # the launcher starts its ranks one by one (slowly on a loaded host): all
+                    # of them, as LOCAL_WORLD_SIZE says, or as many as stayed so for a while
+                    expected = _local_world(workers)
+                    if workers and ((expected and len(workers) >= expected)
+                                    or time.monotonic() - seen[1] >= START_SETTLE_S):
                         break
                 if time.monotonic() > end:
+                    if seen[0]:
+                        break
                     raise CollectError(f"the job started no ranks within "
                                        f"{self.opts.start_timeout_s:g}s")
                 if self.stop.wait(0.5):
@@ -570,6 +581,16 @@ class Watcher:
         if self.child is not None:
             return code if code is not None and code >= 0 else 128 + abs(code or 0)
         return 1 if self.found_problem else 0
+
+
+def _local_world(pids: list[int]) -> int:
+    """The ranks this node's launcher starts (``LOCAL_WORLD_SIZE`` of its workers; torchrun sets
+    it), or 0 when unknown (mp.spawn)."""
+    for pid in pids:
+        value = (procs.read_environ(pid)[0] or {}).get("LOCAL_WORLD_SIZE", "")
+        if value.isdigit():
+            return int(value)
+    return 0
 
 
 class _Ended(Exception):
