@@ -195,6 +195,8 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      {"file": "bootstrap.cc", "code": 2}),
     ("visible_devices", "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0,1]",
      {"local_rank": 0, "devices": "0,1"}),  # Lightning
+    ("worker_signal", "  traceback : Signal 11 (SIGSEGV) received by PID 6421",
+     {"signum": 11, "signal": "SIGSEGV", "pid": 6421}),  # a summary field without its header
     # the node count a launch asked for (a pasted command line, torchelastic's launch config)
     ("launch_nodes", "python -m torch.distributed.launch --nnode=2 --node_rank=1 "
      "--nproc_per_node=1 train.py", {"n": 2}),
@@ -315,3 +317,26 @@ def test_every_kind_has_an_example_here_or_is_tested_elsewhere() -> None:
     kinds = {p.kind for p in PATTERNS}
     covered = {k for k, _, _ in EXAMPLES} | set(ELSEWHERE)
     assert kinds - covered == set()
+
+
+def test_a_whole_failure_summary_reads_its_signal_as_the_entry() -> None:
+    summary = "\n".join([
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        "============================================================",
+        "train.py FAILED",
+        "------------------------------------------------------------",
+        "Failures:",
+        "  <NO_OTHER_FAILURES>",
+        "------------------------------------------------------------",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  time      : 2024-11-26_02:04:31",
+        "  host      : gpu-7",
+        "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : -11 (pid: 6421)",
+        "  error_file: <N/A>",
+        "  traceback : Signal 11 (SIGSEGV) received by PID 6421",
+        "============================================================"])
+    rows = scan_text(io.BytesIO(summary.encode()), FileContext("x.log", 2024), [])
+    kinds = [r["kind"] for r in rows if r["kind"] != "last_line"]
+    assert "elastic_failure" in kinds and "worker_signal" not in kinds

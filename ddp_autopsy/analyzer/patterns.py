@@ -537,6 +537,16 @@ PATTERNS: tuple[Pattern, ...] = (
         local_rank=int,
         pid=int,
     ),
+    # torchelastic's failure summary field "traceback : Signal 11 (SIGSEGV) received by PID 6421",
+    # read here when the summary's header is not in the inputs (a pasted fragment; inside a
+    # whole summary the entry is read as elastic_failure instead)
+    _p(
+        "worker_signal",
+        "received by PID",
+        r"Signal (?P<signum>\d+) \((?P<signal>SIG\w+)\) received by PID (?P<pid>\d+)",
+        signum=int,
+        pid=int,
+    ),
     # SLURM's srun when a task ends badly (src/srun: "%s: task[s] %s: %s"): "srun: error:
     # nid001: task 3: Exited with exit code 1", "srun: error: gpu7: tasks 0-5,7: Killed",
     # "... task 0: Aborted (core dumped)"; the host and tasks are sometimes cut from a paste.
@@ -1029,6 +1039,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "elastic_failure": {"failure", "crash"},
     "worker_failed": {"failure", "crash"},
     "srun_task_failed": {"failure"},
+    "worker_signal": {"failure"},
     "spawn_failed": {"failure", "crash"},
     "oom": {"failure", "crash"},
     "agent_signal": {"failure", "terminated"},
@@ -1071,6 +1082,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "last_line": {"info"},
     "init_file_url": {"info"},
     "traceback": {"info"},
+    "traceback_fragment": {"failure"},
 }.items()}
 
 

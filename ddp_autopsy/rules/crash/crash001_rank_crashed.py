@@ -162,10 +162,11 @@ class RankCrashed(Rule):
             return
         # The launcher's own line is all there is: "failed (exitcode: 2) local_rank: 0 (pid: N)"
         # (torchelastic, no failure summary) or DeepSpeed's "... exits with return code = 1".
-        exits = earliest_first(r for r in job.rows("worker_failed")
-                               if _crash_exit(r["data"].get("exitcode")))
+        exits = earliest_first(r for r in job.rows("worker_failed", "worker_signal")
+                               if _crash_exit(_exit_code(r["data"])))
         if exits:
             d, rank = exits[0]["data"], exits[0]["rank"]
+            d = {**d, "exitcode": _exit_code(d)}
             who = f"rank {rank}" if rank is not None else f"local rank {d['local_rank']}" \
                 if d.get("local_rank") is not None else "a worker"
             pid = f" (pid {d['pid']})" if d.get("pid") else ""
@@ -190,6 +191,12 @@ NATIVE_SIGNALS = {
     "SIGILL": "an instruction this CPU lacks (a build for another machine)",
     "SIGFPE": "an arithmetic fault in native code",
 }
+
+
+def _exit_code(d: dict[str, Any]) -> object:
+    """A launcher's exit code, or the signal it reported as one (-11 for "Signal 11 (SIGSEGV)
+    received by PID ...")."""
+    return -d["signum"] if isinstance(d.get("signum"), int) else d.get("exitcode")
 
 
 def _crash_exit(code: object) -> bool:
