@@ -43,6 +43,12 @@ from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, rank_phrase
 
 KEYS = ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+#: torch.distributed calls a rank past init_process_group can be blocked in.
+COLLECTIVES = frozenset({
+    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+    "reduce_scatter_tensor", "broadcast", "reduce", "gather", "scatter", "barrier",
+    "all_to_all", "all_to_all_single", "send", "recv", "all_gather_object",
+    "broadcast_object_list", "monitored_barrier", "wait"})
 
 
 class ConfigMismatch(Rule):
@@ -56,6 +62,39 @@ class ConfigMismatch(Rule):
         yield from self._announcements(job)
         yield from self._nccl_bootstrap(job)
         yield from self._nccl_invalid_rank(job)
+        yield from self._init_waits_beyond(job)
+
+    def _init_waits_beyond(self, job: Job) -> Iterator[Finding]:
+        """Ranks that waited in init_process_group for the address of a rank the job does not
+        have (Gloo's store key ``.../N``, N above every rank seen) while other ranks got past
+        init into a collective: the waiting ranks were given a larger world size."""
+        waits: dict[int, dict] = {}
+        for r in job.rows("store_wait_timeout"):
+            key = str(r["data"].get("keys") or "").rsplit("/", 1)
+            if r["rank"] is not None and len(key) == 2 and key[1].isdigit():
+                waits[r["rank"]] = r | {"awaited": int(key[1])}
+        if not waits:
+            return
+        past: set[int] = set()
+        for r in job.rows("exception"):
+            func = (r["data"].get("frame") or {}).get("func") or ""
+            if r["rank"] is not None and r["rank"] not in waits and func in COLLECTIVES:
+                past.add(r["rank"])
+        past |= {r["rank"] for r in job.rows("gloo_timeout", "watchdog_timeout")
+                 if r["rank"] is not None and r["rank"] not in waits}
+        seen = set(waits) | past
+        awaited = {w["awaited"] for w in waits.values()}
+        if not past or min(awaited) <= max(seen):
+            return
+        who = rank_phrase(waits)
+        yield self.finding(
+            f"{who[0].upper()}{who[1:]} waited in init_process_group for rank "
+            f"{'/'.join(map(str, sorted(awaited)))}, which this job does not have, while "
+            f"{rank_phrase(past)} got past init and ran collectives: {who} were started with a "
+            "larger WORLD_SIZE than the others (a node launched with another --nnodes or "
+            "--nproc-per-node, or WORLD_SIZE set by hand).",
+            evidence=[evidence_of(w) for w in list(waits.values())[:2]], ranks=set(waits),
+            confidence=0.7, details={"awaited_rank": sorted(awaited), "got_past": sorted(past)})
 
     def _nccl_invalid_rank(self, job: Job) -> Iterator[Finding]:
         """NCCL init refused a rank not below the communicator's size."""
