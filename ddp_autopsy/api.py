@@ -181,18 +181,18 @@ def analyze(paths: PathLike | Iterable[PathLike], *, raw_logs: bool = False,
     conf = configuration.load(Path(config) if config not in (None, False) else None,
                               discover=config is not False)
     rules = conf.rules(registry())
-    conf.install()  # extra log patterns (process-wide: see ddp_autopsy.config)
 
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     chosen = [Path(p) for p in paths]
     if not chosen:
         raise TypeError("analyze() needs at least one path")
-    job = load(chosen, use_summaries=not raw_logs)
-    if not job.readable:
-        reasons = "; ".join(f"{n.path}: {n.message}" for n in job.notes)
-        raise AnalysisError(f"nothing readable in the given paths ({reasons})", job.notes)
-    engine = run(job, rules)
+    with conf.installed():  # extra log patterns (process-wide: see ddp_autopsy.config)
+        job = load(chosen, use_summaries=not raw_logs)
+        if not job.readable:
+            reasons = "; ".join(f"{n.path}: {n.message}" for n in job.notes)
+            raise AnalysisError(f"nothing readable in the given paths ({reasons})", job.notes)
+        engine = run(job, rules)
     conf.apply(engine.findings)
     if redact:
         from ddp_autopsy.redact import redact_analysis

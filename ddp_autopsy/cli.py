@@ -50,7 +50,6 @@ def _config(path: Path | None = None):
         click.echo(termsafe(f"ddp-autopsy: configuration: {err}"), err=True)
         sys.exit(EXIT_USAGE)
     _pattern_plugin_errors()
-    config.install()  # extra log patterns: read like the built-in ones
     return config, rules
 
 
@@ -69,13 +68,14 @@ def _analyze(paths: tuple[Path, ...], raw_logs: bool = False, progress: bool = T
     from ddp_autopsy.rules.engine import run
 
     config, rules = _config(config_path)
-    with reading.reading(enabled=progress, paths=paths):  # a percentage when sizes tell
-        job = load(list(paths), use_summaries=not raw_logs)
-    if not job.readable:
-        _echo_notes(job.notes)
-        click.echo("ddp-autopsy: nothing readable in the given paths", err=True)
-        sys.exit(EXIT_NO_INPUT)
-    analysis = run(job, rules)
+    with config.installed():  # extra log patterns, read like the built-in ones
+        with reading.reading(enabled=progress, paths=paths):  # a percentage when sizes tell
+            job = load(list(paths), use_summaries=not raw_logs)
+        if not job.readable:
+            _echo_notes(job.notes)
+            click.echo("ddp-autopsy: nothing readable in the given paths", err=True)
+            sys.exit(EXIT_NO_INPUT)
+        analysis = run(job, rules)
     config.apply(analysis.findings)  # severity overrides: they change no ranking
     return analysis
 

@@ -15,7 +15,7 @@ severity = "error"               # new kinds: critical, error = failure; warning
 ```
 
 Patterns also come from other packages (entry points ``ddp_autopsy.patterns``, each a mapping
-of name to the same table). :meth:`Config.install` makes the analysis read them: the reader's
+of name to the same table). :meth:`Config.installed` makes the analysis read them: the reader's
 pattern tables are process-wide, so two analyses with different patterns must not run at once
 in one process.
 """
@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -94,10 +95,17 @@ class Config:
     #: Where it came from (None: the defaults, no file).
     path: Path | None = None
 
-    def install(self) -> None:
-        """Make the analysis read :attr:`patterns` (and only them: a previous install is
-        undone). Process-wide (see the module docstring)."""
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        """Within this block the analysis (reading and rules) reads :attr:`patterns`, and only
+        them; the patterns in use before come back after it. Process-wide (see the module
+        docstring)."""
+        before = _INSTALLED[0]
         install_patterns(self.patterns)
+        try:
+            yield
+        finally:
+            install_patterns(before)
 
     def rules(self, registry: tuple[type[Rule], ...]) -> tuple[type[Rule], ...]:
         """The rules to run: ``select`` (all when empty) less ``ignore``."""
@@ -328,6 +336,8 @@ def plugin_patterns() -> list[ExtraPattern]:
 
 
 _BUILTIN: dict[str, Any] = {}
+#: The extra patterns in use now.
+_INSTALLED: list[tuple[ExtraPattern, ...]] = [()]
 
 
 def builtin_kinds() -> tuple[str, ...]:
@@ -353,8 +363,9 @@ def install_patterns(extra: Sequence[ExtraPattern]) -> None:
     if not _BUILTIN:
         _BUILTIN.update(catalog=P.PATTERNS, reader=E.PATTERNS, needles=E.NEEDLES,
                         tags=dict(P.TAGS))
-    if not extra and P.PATTERNS is _BUILTIN["catalog"]:
-        return  # nothing installed, nothing to install
+    if tuple(extra) == _INSTALLED[0]:
+        return  # in use already
+    _INSTALLED[0] = tuple(extra)
     compiled = tuple(x.compiled() for x in extra)
     P.PATTERNS = (*_BUILTIN["catalog"], *compiled)
     P.TAGS.clear()

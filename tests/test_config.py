@@ -287,11 +287,15 @@ def test_configured_patterns_are_read_like_the_built_in_ones(tmp_path: Path,
                                                             monkeypatch) -> None:
     """A new kind (a failure by default: the earliest one is the fallback verdict) and a new
     wording of a built-in kind (port_in_use: RDZV001 fires, with the port it names)."""
+    from ddp_autopsy.analyzer.patterns import catalog_hash
+
     (tmp_path / "pyproject.toml").write_text(PATTERN_CONFIG)
     logs = _logs(tmp_path)
     monkeypatch.chdir(tmp_path)
+    builtin = catalog_hash()
     res = CliRunner().invoke(main, ["analyze", str(logs / "rank3.log"), str(logs / "rank0.log"),
                                     "--format", "json"])
+    assert catalog_hash() == builtin  # in use for the analysis only
     assert res.exit_code == 0, res.output
     verdict = json.loads(res.stdout)["verdict"]
     assert verdict["rule"] == "CRASH004" and verdict["ranks"] == [3], verdict
@@ -308,22 +312,26 @@ def test_configured_patterns_are_read_like_the_built_in_ones(tmp_path: Path,
     assert "launcher-port" in text and "(built-in kind)" in text
 
 
-def test_patterns_are_undone_by_the_next_analysis(tmp_path: Path) -> None:
+def test_patterns_are_in_use_for_their_analysis_only(tmp_path: Path) -> None:
     """In one process (the Python API), an analysis without the configuration does not see
-    the previous one's patterns; the catalog hash (collect's summaries) follows them."""
+    the previous one's patterns; while they are in use, the catalog hash (which tells whether
+    collect's summaries are current) includes them."""
     cfg = tmp_path / "pyproject.toml"
     cfg.write_text(PATTERN_CONFIG)
     logs = _logs(tmp_path)
-    code = ("import json, sys, ddp_autopsy; from ddp_autopsy.analyzer.patterns import "
+    code = ("import json, sys, ddp_autopsy; from pathlib import Path; "
+            "from ddp_autopsy import config; from ddp_autopsy.analyzer.patterns import "
             "catalog_hash; h0 = catalog_hash(); "
             "a = ddp_autopsy.analyze(sys.argv[1], config=sys.argv[2]); h1 = catalog_hash(); "
-            "b = ddp_autopsy.analyze(sys.argv[1], config=False); h2 = catalog_hash(); "
+            "b = ddp_autopsy.analyze(sys.argv[1], config=False); "
+            "conf = config.load(Path(sys.argv[2])); cm = conf.installed(); cm.__enter__(); "
+            "h2 = catalog_hash(); cm.__exit__(None, None, None); "
             "print(json.dumps([a.verdict and a.verdict.rule, b.verdict and b.verdict.rule, "
-            "h0 != h1, h0 == h2]))")
+            "h0 == h1, h0 != h2, h0 == catalog_hash()]))")
     out = subprocess.run([sys.executable, "-c", code, str(logs / "launcher.log"), str(cfg)],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == ["RDZV001", None, True, True]
+    assert json.loads(out.stdout) == ["RDZV001", None, True, True, True]
 
 
 @pytest.mark.parametrize("table,words", [
