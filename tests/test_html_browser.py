@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_html_report import PROBE, analyse, write_big, write_hang, write_probe_bundle
+from test_html_report import (
+    PROBE,
+    analyse,
+    write_big,
+    write_hang,
+    write_port_in_use,
+    write_probe_bundle,
+)
 
 from ddp_autopsy.reports import html
 
@@ -133,7 +140,8 @@ REAL = [pytest.param("stuck_in_eval", marks=pytest.mark.scenario("stuck_in_eval"
         "fixture_hang"]
 EXPECT = {
     "stuck_in_eval": ("Rank 0 never reached the collective", {0: "culprit"}, 3),
-    "crash_with_probe": ("Rank 2 crashed first", {2: "culprit"}, 3),
+    # Ranks 0, 1 raised "Connection closed by peer" after rank 2 died: lost peers, not crashes.
+    "crash_with_probe": ("Rank 2 crashed first", {0: "failed", 1: "failed", 2: "culprit"}, 3),
     "fixture_hang": ("Rank 2 never reached the collective", {2: "culprit"}, 4),
 }
 
@@ -233,7 +241,8 @@ def test_interactions(fixture_hang: Path, open_page: Callable[..., Opened]) -> N
     page = open_page(fixture_hang).page
     page.click('#grid-legend button[data-state="culprit"]')
     assert "dim" in (page.get_attribute("#grid", "class") or "")
-    assert "on" in (page.get_attribute("#r2", "class") or "")
+    opacity = "id => getComputedStyle(document.getElementById(id)).opacity"
+    assert page.evaluate(opacity, "r2") == "1" and page.evaluate(opacity, "r0") == "0.15"
     page.click('#grid-legend button[data-state="culprit"]')
     assert "dim" not in (page.get_attribute("#grid", "class") or "")
     page.fill("#rank-find", "3")
@@ -254,8 +263,31 @@ def test_interactions(fixture_hang: Path, open_page: Callable[..., Opened]) -> N
     assert page.evaluate("document.querySelector(':target').id") == "F1"
 
 
-def test_4096_ranks_size_and_load_time(tmp_path: Path,
-                                       open_page: Callable[..., Opened]) -> None:
+#: In the page: run ``act``, wait until the next frame is painted, return the milliseconds.
+TIMED = """async act => { const t = performance.now(); eval(act);
+  await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
+  return performance.now() - t; }"""
+INTERACTIONS = {  # name: (what the reader does, what must be true afterwards)
+    "filter": ("const f = document.getElementById('rank-filter'); f.value = '1234';"
+               " f.dispatchEvent(new Event('input'))",
+               "document.getElementById('rank-count').textContent.endsWith('rows')"),
+    "sort": ("document.querySelector('#rank-table th').click()",
+             "document.querySelector('#rank-table th').getAttribute('aria-sort') !== null"),
+    "legend": ("document.querySelector('#grid-legend button[data-state=culprit]').click()",
+               "document.getElementById('grid').classList.contains('dim')"),
+    "find_rank": ("const f = document.getElementById('rank-find'); f.value = '4000';"
+                  " f.dispatchEvent(new Event('input'))",
+                  "document.getElementById('r4000').classList.contains('found')"),
+    "zoom": ("document.querySelector('#tl-tools button[data-zoom=\\'2\\']').click()",
+             "document.getElementById('tl').dataset.zoom === '2.000'"),
+}
+
+
+def test_4096_ranks_size_and_time_to_interactive(tmp_path: Path,
+                                                 open_page: Callable[..., Opened]) -> None:
+    """The 4096-rank report is at most 5 MB and becomes interactive: every control answers.
+    How fast is measured and recorded (tests/artifacts/html/bound.json, docs/report.md), not
+    asserted: a loaded machine must not fail the suite."""
     path = write_report([write_big(tmp_path / "big")], tmp_path / "big.html")
     size = path.stat().st_size
     opened = open_page(path)
@@ -267,18 +299,26 @@ def test_4096_ranks_size_and_load_time(tmp_path: Path,
     layout_ms = page.evaluate(
         "(() => { const t = performance.now(); document.body.getBoundingClientRect();"
         " window.scrollTo(0, document.body.scrollHeight); return performance.now() - t; })()")
-    assert opened.errors == [], opened.errors
     assert page.locator("#grid i").count() == 4096
     assert page.get_attribute("#r1234", "class") == "culprit"
     shoot(page, "synthetic-4096-light")
+    answers = {}
+    for name, (act, check) in INTERACTIONS.items():
+        answers[name] = round(page.evaluate(TIMED, act), 1)
+        assert page.evaluate(check), name
+    assert opened.errors == [], opened.errors
+    record = {"ranks": 4096, "bytes": size, "load_ms": round(timing["load"], 1),
+              "dom_content_loaded_ms": round(timing["dom"], 1), "layout_ms": round(layout_ms, 1),
+              "interaction_ms": answers,
+              # The script has attached every handler at DOMContentLoaded; the slowest first
+              # answer after it is what a reader waits for at worst.
+              "interactive_ms": round(timing["dom"] + max(answers.values()), 1),
+              "load_average_1m": round(os.getloadavg()[0], 2), "cores": os.cpu_count()}
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / "bound.json").write_text(json.dumps(
-        {"ranks": 4096, "bytes": size, "load_ms": round(timing["load"], 1),
-         "dom_content_loaded_ms": round(timing["dom"], 1), "layout_ms": round(layout_ms, 1)},
-        indent=2))
+    (ARTIFACTS / "bound.json").write_text(json.dumps(record, indent=2))
     shutil.copy(path, ARTIFACTS / "synthetic-4096.html")
+    print(f"4096 ranks: {json.dumps(record)}")
     assert size <= 5 * MB, size
-    assert timing["load"] < 2000, timing
 
 
 # --------------------------------------------------------------------------- issue 16
@@ -520,3 +560,42 @@ def test_real_flight_recorder_positions_on_the_timeline(
     assert seen["rank 1"] == {"m collective"}, seen
     assert "culprit" in page.locator("#tl .lane-culprit").all_text_contents()
     shoot(page, "fr_skipped_allreduce-timeline")
+
+
+@pytest.fixture(scope="module")
+def port_in_use(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("port_in_use")
+    return write_report([write_port_in_use(root / "job")], root / "report.html")
+
+
+#: For each <code> holding ``word``: how many line boxes the word's own text takes.
+WORD_LINES = """word => [...document.querySelectorAll('code')].flatMap(code => {
+  const out = [];
+  const walk = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const i = n.data.indexOf(word);
+    if (i < 0) continue;
+    const r = document.createRange();
+    r.setStart(n, i); r.setEnd(n, i + word.length);
+    out.push(new Set([...r.getClientRects()].map(b => Math.round(b.top))).size);
+  }
+  return out;
+})"""
+
+
+def test_code_spans_never_break_inside_an_option_at_390px(port_in_use: Path,
+                                                          browser: Any) -> None:
+    ctx = browser.new_context(viewport={"width": 390, "height": 844})
+    try:
+        page = ctx.new_page()
+        page.goto(port_in_use.as_uri(), wait_until="load")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        lines = page.evaluate(WORD_LINES, "--master-port")
+        assert lines and all(n == 1 for n in lines), lines
+        # The remedy's long span does wrap (between its words), inside the page.
+        spans = page.evaluate("[...document.querySelectorAll('#verdict .remedy code')]"
+                              ".map(c => c.getClientRects().length)")
+        assert max(spans) >= 2, spans
+        shoot(page, "port_in_use-390")
+    finally:
+        ctx.close()

@@ -89,6 +89,21 @@ def write_crash(root: Path) -> Path:
     return root
 
 
+def write_port_in_use(root: Path) -> Path:
+    """torchrun's console when the master port is taken (the last lines of the real
+    ``port_in_use`` scenario's console)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "console.log").write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/rendezvous/'
+        'static_tcp_rendezvous.py", line 67, in next_rendezvous\n'
+        "    self._store = TCPStore(  # type: ignore[call-arg]\n"
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+        "local network address. port: 29284, useIpv6: false, code: -98, name: EADDRINUSE, "
+        "message: address already in use\n")
+    return root
+
+
 def _json_frames(frames: list[tuple[str, str, int]]) -> list[dict[str, object]]:
     return [{"name": f, "filename": fl, "short_filename": fl, "line": ln} for f, fl, ln in frames]
 
@@ -788,3 +803,26 @@ def test_columns_round_trip_exactly(case: str) -> None:
         [[type(v) for v in r.values()] for r in rows]
     with pytest.raises(ValueError):
         columns.decode({**table, "encoding": "rows"})
+
+
+def test_rank_table_leaves_out_columns_no_row_fills(tmp_path: Path) -> None:
+    """Stacks only: no rank has a log line, so neither 'last log line' nor 'at' is a column."""
+    job = write_hang(tmp_path / "job")
+    (job / "console.log").unlink()
+    ranks = section(html.render(analyse(job)), "ranks")
+    heads = re.findall(r'<th data-sort="\w">([^<]*)</th>', ranks)
+    assert heads == ["ranks", "state", "pid", "doing (frame, or collective #seq)"], heads
+    row = re.search(r'<tr class="st-[^"]*">(.*?)</tr>', ranks, re.S)
+    assert row is not None and row.group(1).count("<td") == len(heads)
+    # With the console, rank 0 (a row of its own) has its last line and its time.
+    full = section(html.render(analyse(write_hang(tmp_path / "full", world=2, odd=1))),
+                   "ranks")
+    assert {"last log line", "at", "pid"} <= set(re.findall(r'<th data-sort="\w">([^<]*)</th>',
+                                                         full))
+
+
+def test_long_code_spans_break_only_between_words(tmp_path: Path) -> None:
+    doc = html.render(analyse(write_port_in_use(tmp_path / "job")))
+    verdict = section(doc, "verdict")
+    assert "port 29284" in verdict
+    assert '<span class="nw">--master-port</span>' in verdict

@@ -53,14 +53,22 @@ def doc_html(text: str) -> Markup:
 
 def code_spans(text: str) -> Markup:
     """Escaped text with ```code``` spans as ``<code>``; short spans never break inside
-    (``--master-port``), long ones may.
+    (``--master-port``); long ones break only between their words (each word short enough
+    kept whole), a very long word anywhere.
 
     >>> str(code_spans("run `dist.barrier()` <now>"))
     'run <code class="nw">dist.barrier()</code> &lt;now&gt;'
+    >>> str(code_spans("`torchrun --master-port <a free port, not 29284>`"))[:71]
+    '<code><span class="nw">torchrun</span> <span class="nw">--master-port</'
     """
     def span(m: re.Match[str]) -> str:
-        short = len(m.group(1)) <= CODE_NOWRAP
-        return f'<code class="nw">{m.group(1)}</code>' if short else f"<code>{m.group(1)}</code>"
+        body = m.group(1)
+        if len(body) <= CODE_NOWRAP:
+            return f'<code class="nw">{body}</code>'
+        words = re.split(r"( +)", body)
+        return "<code>" + "".join(
+            f'<span class="nw">{w}</span>' if w.strip() and len(w) <= CODE_NOWRAP else w
+            for w in words) + "</code>"
 
     return Markup(re.sub(r"`([^`]+)`", span, str(escape(text))))
 

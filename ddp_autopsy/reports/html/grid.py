@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+import polars as pl
+
 from ddp_autopsy.analyzer.stacktree import short_ranks
 from ddp_autopsy.reports.html.common import GRID_FOLD_ABOVE, clean
 from ddp_autopsy.rules.engine import Analysis
@@ -60,11 +62,33 @@ class GridView:
     note: str
 
 
+#: Symptom rules whose ranks failed waiting for the others (a timeout, a peer gone).
+LOST_PEER_RULES = ("SYM001", "SYM002")
+
+
+def lost_peer_only(analysis: Analysis) -> dict[int, str]:
+    """Ranks the table calls crashed whose failure the analysis explains as a symptom (a
+    timeout, a lost peer: "Connection closed by peer" raised after another rank died) and no
+    crash finding names: rank → the symptom finding."""
+    crash_named = {r for f in analysis.findings if f.rule.startswith("CRASH") for r in f.ranks}
+    out: dict[int, str] = {}
+    for f in analysis.findings:
+        if f.rule in LOST_PEER_RULES and f.role == "symptom":
+            for r in f.ranks:
+                if r not in crash_named:
+                    out.setdefault(r, f"{f.id} {f.rule} {f.slug}")
+    crashed = set(analysis.job.rank_state.filter(pl.col("state") == "crashed")["rank"]
+                  .to_list()) if analysis.job.rank_state.height else set()
+    return {r: why for r, why in out.items() if r in crashed}
+
+
 def rank_states(analysis: Analysis) -> dict[int, tuple[str, str]]:
     """Rank → (grid state, why) for every rank the inputs name or the world size implies."""
     out: dict[int, tuple[str, str]] = {}
     for r, state, why in analysis.job.rank_state.select("rank", "state", "why").iter_rows():
         out[r] = (GRID_STATE.get(state, state), why or "")
+    for r, why in lost_peer_only(analysis).items():
+        out[r] = ("failed", f"{why} (its error follows another rank's failure)")
     terminated = {r: f"{f.id} {f.rule} {f.slug}" for f in analysis.findings
                   if f.slug == "workers-terminated" for r in f.ranks}
     for r, why in terminated.items():

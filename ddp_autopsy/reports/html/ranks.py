@@ -10,6 +10,7 @@ import polars as pl
 
 from ddp_autopsy.analyzer.rankstate import RANK_STATE_SCHEMA
 from ddp_autopsy.reports.html.common import clean
+from ddp_autopsy.reports.html.grid import lost_peer_only
 from ddp_autopsy.reports.ranktable import groups
 from ddp_autopsy.rules.engine import Analysis
 
@@ -36,6 +37,8 @@ class RankTableView:
     rows: list[RankRow]
     more: int
     total: int
+    #: Optional columns some row fills (a column empty in every row is left out).
+    shown: frozenset[str] = frozenset({"host", "pid", "last_line", "last_time"})
 
 
 def rank_table_view(analysis: Analysis) -> RankTableView | None:
@@ -49,6 +52,11 @@ def rank_table_view(analysis: Analysis) -> RankTableView | None:
         table = pl.concat([table, pl.DataFrame(
             [{"rank": r, "state": "missing", "why": "named by the verdict, silent in the inputs"}
              for r in silent], schema=RANK_STATE_SCHEMA)]).sort("rank")
+    demoted = lost_peer_only(analysis)  # as the grid: a lost peer's error is not a crash
+    if demoted:
+        table = table.with_columns(pl.when(pl.col("rank").is_in(list(demoted)))
+                                   .then(pl.lit("failed")).otherwise(pl.col("state"))
+                                   .alias("state"))
     grouped = groups(table, culprits=culprits, limit=table.height)
     single = {r: (pid, t) for r, pid, t in
               table.select("rank", "pid", "last_time").iter_rows()}
@@ -64,4 +72,6 @@ def rank_table_view(analysis: Analysis) -> RankTableView | None:
             doing=clean(g.doing, 200), last_line=clean(g.last_line, 200) if g.last_line else "",
             last_time=when.isoformat(sep=" ", timespec="milliseconds") if when else "",
         ))
-    return RankTableView(rows, max(0, len(grouped) - MAX_RANK_ROWS), table.height)
+    shown = frozenset(c for c in ("host", "pid", "last_line", "last_time")
+                      if any(getattr(r, c) for r in rows))
+    return RankTableView(rows, max(0, len(grouped) - MAX_RANK_ROWS), table.height, shown)

@@ -25,18 +25,17 @@
   // Rank grid: filter by state, find a rank, show a cell's details.
   var grid = document.getElementById("grid");
   if (grid) {
-    var cells = grid.getElementsByTagName("i");
     var info = document.getElementById("cell-info");
     var active = {};
     var legend = document.querySelectorAll("#grid-legend button[data-state]");
-    var apply = function () {
+    var apply = function () {  // one class per shown state on the grid: one restyle
       var any = Object.keys(active).length > 0;
       grid.classList.toggle("dim", any);
-      for (var i = 0; i < cells.length; i++) {
-        var c = cells[i];
-        c.classList.toggle("on", any && active[c.className.split(" ")[0]] === true);
-      }
       for (var j = 0; j < legend.length; j++) {
+        var shown = legend[j].getAttribute("data-state");
+        grid.classList.toggle("show-" + shown, active[shown] === true);
+      }
+      for (j = 0; j < legend.length; j++) {
         var st = legend[j].getAttribute("data-state");
         legend[j].parentNode.classList.toggle("off", any && !active[st]);
         legend[j].setAttribute("aria-pressed", active[st] ? "true" : "false");
