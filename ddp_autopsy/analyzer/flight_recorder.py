@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import pickle
 import re
 from collections.abc import Iterable, Sequence
@@ -74,6 +75,11 @@ from typing import Any
 import polars as pl
 
 from ddp_autopsy.analyzer.stackview import LIBRARY_FILE
+
+try:  # the native reader (_frpickle.c), built at install when a C compiler is there
+    from ddp_autopsy.analyzer import _frpickle
+except ImportError:  # not built: Python's unpickler reads every dump, as fast as it can
+    _frpickle = None  # type: ignore[assignment]
 
 #: torch's own dump file names: ``<prefix><rank>`` with the default prefixes.
 TORCH_DUMP_NAME = re.compile(r"(?:^|/)(?:nccl|comm_lib)_trace_rank_\d+(?:\.(?:pkl|pickle|json))?$")
@@ -314,8 +320,11 @@ class DumpReader:
     [(0, 1), (1, 1), (2, 1)]
     """
 
-    def __init__(self, batch_entries: int = BATCH_ENTRIES) -> None:
+    def __init__(self, batch_entries: int = BATCH_ENTRIES, *, native: bool | None = None) -> None:
         self.batch_entries = batch_entries
+        #: Pickles go to the native reader first (:func:`_parse_native`): ``None`` means when it
+        #: is built and ``DDP_AUTOPSY_FR_NATIVE`` is not ``0``.
+        self.native = native_available() if native is None else native and _frpickle is not None
         self._pending: list[tuple[FRDump, dict[str, _Runs], int]] = []
         self._rows = 0
 
@@ -335,7 +344,15 @@ class DumpReader:
         gc_was_on = gc.isenabled()
         gc.disable()  # unpickling builds many containers and no cycles: skip the collector
         try:
-            runs, rows = _read_runs(dump, _decode(data, dump))
+            parsed = _parse_native(data) if self.native else None
+            if isinstance(parsed, str):  # damaged in a way Python's unpickler handles badly
+                dump.format = "pickle"
+                raise FRDumpError("corrupt", parsed)
+            if parsed is not None:
+                dump.format = "pickle"
+                runs, rows = _read_native(dump, parsed)
+            else:
+                runs, rows = _read_runs(dump, _decode(data, dump))
         except Exception as err:  # any failure is the dump's status
             _fail(dump, err)
         else:
@@ -354,6 +371,40 @@ class DumpReader:
         pending, self._pending, self._rows = self._pending, [], 0
         if pending:
             _tabulate(pending)
+
+
+def native_available() -> bool:
+    """Whether the native reader is built and not turned off (``DDP_AUTOPSY_FR_NATIVE=0``)."""
+    return _frpickle is not None and os.environ.get("DDP_AUTOPSY_FR_NATIVE", "").strip() != "0"
+
+
+#: Larger pickles go to Python's unpickler only (a 20,000-entry dump is ~4 MB).
+NATIVE_MAX_BYTES = 64 << 20
+
+
+def _parse_native(data: bytes) -> Any:
+    """A pickle's entries as columns from the native reader, without a Python object per
+    entry: ``(top, n, raw, structured)`` (see ``_frpickle.c``); None when it leaves the dump
+    to Python's unpickler (anything but plain data in the usual shape: then that reader decides,
+    with the messages it has always given); a message when the dump is damaged in a way that
+    unpickler handles badly (a memo index far beyond the file: it allocates up to it)."""
+    if _frpickle is None or not _is_pickle(data) or len(data) > NATIVE_MAX_BYTES:
+        return None
+    try:
+        return _frpickle.parse(data)
+    except Exception:  # e.g. MemoryError: Python's unpickler decides what the dump is
+        return None
+
+
+def _read_native(dump: FRDump, parsed: tuple[dict[str, Any], int, tuple[Any, ...],
+                                           tuple[Any, ...]]) -> tuple[dict[str, _Runs], int]:
+    """:func:`_read_runs` from the native reader's columns: the same runs, version fields and
+    groups as from the unpickled dump."""
+    top, n, raw, structured = parsed
+    _unpack(dump, top)  # its "entries" is [], all of them dicts: nothing skipped
+    runs = _runs_of(dump, n, raw, structured, native=True)
+    dump.groups = _group_rows(top, dump)
+    return runs, n
 
 
 def _read_runs(dump: FRDump, obj: Any) -> tuple[dict[str, _Runs], int]:
@@ -671,6 +722,8 @@ def _column(name: str, dtype: Any, runs: list[_Runs], lengths: list[int], n: int
         # one value per dump: each dump's rows stay a slice of a shared buffer
         return pl.concat([_repeat(name, build(name, [v], dtype), rows)
                           for v, rows in zip(firsts, lengths, strict=True)])
+    if _Int64s is not None and any(type(v) is _Int64s for v, _ in runs):
+        return _native_column(name, dtype, runs, lengths, build)
     per_run = runs[0][0] if len(runs) == 1 else list(chain.from_iterable(v for v, _ in runs))
     s = build(name, per_run, dtype)
     if all(change is True for _, change in runs):
@@ -686,6 +739,28 @@ def _column(name: str, dtype: Any, runs: list[_Runs], lengths: list[int], n: int
             where.append(map(add, accumulate(change), repeat(base - 1)))
         base += len(values)
     return s[pl.Series(list(chain.from_iterable(where)), dtype=pl.UInt32)]
+
+
+def _native_column(name: str, dtype: Any, runs: list[_Runs], lengths: list[int],
+                   build: Any) -> pl.Series:
+    """:func:`_column` where some dumps' values came from the native reader as ``Int64s``
+    (every value its own run): neighbouring ones are joined and go to polars without a Python
+    object per value; the others are built as usual (a raw column's runs are one value, or
+    every value)."""
+    parts: list[pl.Series] = []
+    pending: list[Any] = []
+    for (values, change), rows in zip(runs, lengths, strict=True):
+        if type(values) is _Int64s:
+            pending.append(values)
+            continue
+        if pending:
+            parts.append(pl.Series(name, _frpickle.join(pending)).alias(name))
+            pending = []
+        parts.append(_repeat(name, build(name, values[:1], dtype), rows) if change is None
+                     else build(name, values, dtype))
+    if pending:
+        parts.append(pl.Series(name, _frpickle.join(pending)).alias(name))
+    return parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=True)
 
 
 def _cached(fn: Any, cache: dict[Any, Any], key: Any, value: Any) -> Any:
@@ -739,36 +814,65 @@ _RAW = {"record_id": ("record_id", pl.Int64), "pg_id": ("pg_id", pl.Int64),
         "thread_name": ("thread_name", pl.String)}
 
 
+#: Entry keys read as runs of equal neighbours (after ``process_group``, paired with ``pg_id``).
+_STRUCTURED = ("profiling_name", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes",
+               "frames")
+
+_FIELDS = (*(k for k, _ in _RAW.values()), "process_group", *_STRUCTURED)
+if _frpickle is not None and _FIELDS != _frpickle.FIELDS:
+    _frpickle = None  # built from another version of this module: not used
+
+
 def _dump_runs(entries: Sequence[dict[str, Any]], dump: FRDump) -> dict[str, _Runs]:
     """A dump's entries as runs per output column (sets ``dump._pg_names``). The Python work
     is per run of equal neighbours; per entry there are only C loops (transposing, comparing
     neighbours, counting)."""
     n = len(entries)
     c = _columns(entries)
-    out = {name: _scalars(c[key], n) for name, (key, _) in _RAW.items()}
     ids, pgs = c["pg_id"] or [None] * n, c["process_group"] or [None] * n
     if _one_value(ids, n) and _one_value(pgs, n):
-        groups: Sequence[Any] = [(ids[0], pgs[0])]
-        change = None
+        groups: _Runs = ([(ids[0], pgs[0])], None)
     else:
-        groups, change = _runs(list(zip(ids, pgs, strict=True)), n)
+        groups = _runs(list(zip(ids, pgs, strict=True)), n)
+    return _runs_of(dump, n, [c[key] for key, _ in _RAW.values()],
+                    [groups, *(_runs(c[k], n) for k in _STRUCTURED)])
+
+
+_Int64s = _frpickle.Int64s if _frpickle is not None else None
+
+
+def _raw_runs(values: Any, n: int, native: bool) -> _Runs:
+    """:func:`_scalars` of a raw column, also as the native reader gives it: ``(v,)`` when all
+    values are ``v``, an ``Int64s`` of values that differ."""
+    if native and type(values) is tuple:
+        return list(values), None
+    if type(values) is _Int64s:
+        return values, True
+    return _scalars(values, n)
+
+
+def _runs_of(dump: FRDump, n: int, raw: Sequence[Any], structured: Sequence[_Runs], *,
+             native: bool = False) -> dict[str, _Runs]:
+    """The output columns as runs from the raw columns (:data:`_RAW`, values per entry, or as
+    the ``native`` reader gives them) and the runs of ``(pg_id, process_group)`` and of
+    :data:`_STRUCTURED`; sets ``dump._pg_names``."""
+    out = {name: _raw_runs(values, n, native) for name, values in zip(_RAW, raw, strict=True)}
+    (groups, change), (names, name_change), *rest = structured
     pg_name, pg_desc = zip(*[_pg_pair(p) for _, p in groups], strict=True)
     out["pg_name"], out["pg_desc"] = (pg_name, change), (pg_desc, change)
     dump._pg_names = {(i, name, desc) for (i, _), name, desc in zip(groups, pg_name, pg_desc,
                                                                   strict=True)
                       if type(i) is int and _int(i) is not None}
-    names, change = _runs(c["profiling_name"], n)
     names = [v if type(v) is str else None for v in names]
     cache: dict[Any, Any] = {}
     backend, op, peer = zip(*[_cached(_profiling, cache, v, v) for v in names], strict=True)
-    out.update(backend=(backend, change), op=(op, change), peer=(peer, change),
-               profiling_name=(names, change))
-    for k in ("input", "output"):
-        sizes, change = _runs(c[f"{k}_sizes"], n)
-        out[f"{k}_sizes"] = (_sizes_per_run(sizes), change)
-        dtypes, change = _runs(c[f"{k}_dtypes"], n)
-        out[f"{k}_dtypes"] = (list(map(_dtypes, dtypes)), change)
-    stacks, change = _runs(c["frames"], n)
+    out.update(backend=(backend, name_change), op=(op, name_change),
+               peer=(peer, name_change), profiling_name=(names, name_change))
+    (in_sizes, in_dtypes, out_sizes, out_dtypes, (stacks, change)) = rest
+    for k, (sizes, size_change), (dtypes, dtype_change) in (
+            ("input", in_sizes, in_dtypes), ("output", out_sizes, out_dtypes)):
+        out[f"{k}_sizes"] = (_sizes_per_run(sizes), size_change)
+        out[f"{k}_dtypes"] = (list(map(_dtypes, dtypes)), dtype_change)
     for name, values in zip(("api", "site_func", "site_file", "site_line"),
                             zip(*_sites_per_run(stacks), strict=True), strict=True):
         out[name] = (values, change)

@@ -1,0 +1,1083 @@
+/* Flight Recorder pickles straight to columns (ddp_autopsy.analyzer._frpickle).
+ *
+ * parse(data) runs the pickle opcodes a Flight Recorder dump uses (protocols 2-5 as Python's
+ * pickler and torch::jit::Pickler write them: dicts, lists, tuples, strings, ints, floats,
+ * booleans, None, the memo) on nodes of its own instead of Python objects, then returns the
+ * entries as columns: Python objects only for the values the analysis reads.
+ *
+ * It is strict: anything else (another opcode, a class, a huge memo index, a bytes object, an
+ * int beyond 64 bits, a container where a scalar is expected, nesting, too much work) makes it
+ * return None, and the caller reads the dump with Python's unpickler as before. It never runs
+ * code, never imports, and bounds its work by the size of the input.
+ *
+ * Returns None, a message when the file is certainly damaged in a way Python's unpickler
+ * handles badly (a memo index beyond the file: it allocates up to it), or
+ * (top, n, scalars, structured):
+ *   top         the top-level dict as Python objects, "entries" mapped to []
+ *   n           the number of entries (all dicts, at least one)
+ *   scalars     14 columns (FIELDS[0:14]): None for a key no entry has; (v,) when every
+ *               value is v; an Int64s for an Int64 field of ints (times: None read as 0,
+ *               which means "not yet" as None does); else a list of n values
+ *   structured  7 pairs (firsts, change): runs of equal neighbours of (pg_id, process_group)
+ *               and of FIELDS[15:21] (see flight_recorder._runs)
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { K_NONE, K_TRUE, K_FALSE, K_INT, K_FLOAT, K_STR, K_LIST, K_TUPLE, K_DICT };
+
+typedef struct {
+    uint8_t kind;
+    uint8_t checked; /* shapes it was found to have */
+    int8_t keyfield; /* the field it names as a key (-1: none, -2: not looked up yet) */
+    uint32_t len;    /* containers: slots used (a dict: 2 per pair) */
+    uint32_t cap;    /* containers: slots allocated at u.off */
+    union {
+        int64_t i;
+        double f;
+        uint64_t off; /* containers: offset in kids */
+    } u;
+    PyObject *obj; /* its Python object once made (strings: at parse) */
+} Node;
+
+typedef struct {
+    const uint8_t *d;
+    Py_ssize_t n, pos;
+    Node *nodes;
+    uint32_t nn, ncap;
+    uint32_t *kids;
+    uint64_t nk, kcap;
+    uint32_t *stack;
+    uint32_t sp, scap;
+    uint32_t *marks;
+    uint32_t mp, mcap;
+    uint32_t *memo;
+    uint32_t memocap, memocount;
+    int used_put, used_memoize;
+    int64_t budget; /* comparisons and checks left */
+    uint64_t bad_memo; /* a memo index no pickler writes in a file this size (0: none) */
+} P;
+
+#define UNSET UINT32_MAX
+#define NONE_NODE 0
+#define TRUE_NODE 1
+#define FALSE_NODE 2
+#define BAIL (-1)
+
+static int grow(void **arr, uint64_t *cap, uint64_t need, size_t size) {
+    if (need <= *cap) return 0;
+    uint64_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    if (c > ((uint64_t)1 << 34) / size) return BAIL;
+    void *p = realloc(*arr, c * size);
+    if (!p) return BAIL;
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
+static int grow32(void **arr, uint32_t *cap, uint64_t need, size_t size) {
+    uint64_t c = *cap;
+    if (need >= UNSET - 1) return BAIL;
+    int r = grow(arr, &c, need, size);
+    if (r) return r;
+    *cap = (uint32_t)c;
+    return 0;
+}
+
+/* Beyond this many nodes (a 20,000-entry dump has ~400,000) Python's unpickler reads it. */
+#define MAX_NODES (8u << 20)
+
+static int64_t new_node(P *p, uint8_t kind) {
+    if (p->nn == p->ncap) {
+        uint32_t c = p->ncap ? p->ncap * 2 : 1024;
+        if (c > MAX_NODES) return BAIL;
+        Node *a = realloc(p->nodes, (size_t)c * sizeof(Node));
+        if (!a) return BAIL;
+        p->nodes = a;
+        p->ncap = c;
+    }
+    Node *nd = &p->nodes[p->nn];
+    nd->kind = kind;
+    nd->checked = 0;
+    nd->keyfield = -2;
+    nd->len = nd->cap = 0;
+    nd->u.off = 0;
+    nd->obj = NULL;
+    return p->nn++;
+}
+
+static int push(P *p, uint32_t v) {
+    if (grow32((void **)&p->stack, &p->scap, (uint64_t)p->sp + 1, 4)) return BAIL;
+    p->stack[p->sp++] = v;
+    return 0;
+}
+
+static uint32_t fence(P *p) { return p->mp ? p->marks[p->mp - 1] : 0; }
+
+static int add_kids(P *p, uint32_t c, const uint32_t *items, uint32_t count) {
+    Node *nd = &p->nodes[c];
+    if ((uint64_t)nd->len + count >= UNSET / 2) return BAIL;
+    if (nd->len + count > nd->cap) {
+        uint64_t cap = (uint64_t)nd->cap * 2;
+        if (cap < (uint64_t)nd->len + count) cap = (uint64_t)nd->len + count;
+        if (grow((void **)&p->kids, &p->kcap, p->nk + cap, 4)) return BAIL;
+        nd = &p->nodes[c];
+        memcpy(p->kids + p->nk, p->kids + nd->u.off, (size_t)nd->len * 4);
+        nd->u.off = p->nk;
+        nd->cap = (uint32_t)cap;
+        p->nk += cap;
+    }
+    uint32_t *to = p->kids + nd->u.off + nd->len;
+    for (uint32_t j = 0; j < count; j++) to[j] = items[j]; /* mostly 1-44 items: no call */
+    nd->len += count;
+    return 0;
+}
+
+/* dict keys Python can hash without running code: the others make its unpickler fail */
+static int keys_ok(P *p, const uint32_t *items, uint32_t count) {
+    for (uint32_t j = 0; j < count; j += 2) {
+        uint8_t k = p->nodes[items[j]].kind;
+        if (k == K_LIST || k == K_TUPLE || k == K_DICT) return 0;
+    }
+    return 1;
+}
+
+static int container_from(P *p, uint8_t kind, uint32_t from) {
+    /* a new container of stack[from:], which is popped, then pushed */
+    int64_t c = new_node(p, kind);
+    if (c < 0) return BAIL;
+    if (kind == K_DICT && !keys_ok(p, p->stack + from, p->sp - from)) return BAIL;
+    if (p->sp > from && add_kids(p, (uint32_t)c, p->stack + from, p->sp - from)) return BAIL;
+    p->sp = from;
+    return push(p, (uint32_t)c);
+}
+
+static int memo_put(P *p, uint64_t idx) {
+    if (p->sp <= fence(p)) return BAIL;
+    if (idx > (uint64_t)p->n + 16) { /* more than the file has opcodes: damaged */
+        if (idx >= (1u << 20)) p->bad_memo = idx; /* and costly for Python's unpickler */
+        return BAIL;
+    }
+    if (idx >= p->memocap) {
+        uint32_t old = p->memocap;
+        if (grow32((void **)&p->memo, &p->memocap, idx + 1, 4)) return BAIL;
+        memset(p->memo + old, 0xff, (size_t)(p->memocap - old) * 4);
+    }
+    if (p->memo[idx] == UNSET) p->memocount++;
+    p->memo[idx] = p->stack[p->sp - 1];
+    return 0;
+}
+
+static int64_t le_int(const uint8_t *s, int k) {
+    uint64_t v = 0;
+    for (int j = k - 1; j >= 0; j--) v = (v << 8) | s[j];
+    if (k > 0 && k < 8 && (s[k - 1] & 0x80)) v |= ~(uint64_t)0 << (8 * k);
+    return (int64_t)v;
+}
+
+/* a string node of data[pos:pos+len], decoded as Python's unpickler decodes it */
+static int64_t str_node(P *p, Py_ssize_t pos, Py_ssize_t len) {
+    PyObject *o = PyUnicode_DecodeUTF8((const char *)p->d + pos, len, "surrogatepass");
+    if (!o) {
+        PyErr_Clear();
+        return BAIL;
+    }
+    int64_t c = new_node(p, K_STR);
+    if (c < 0) {
+        Py_DECREF(o);
+        return BAIL;
+    }
+    p->nodes[c].obj = o;
+    return c;
+}
+
+static int64_t int_node(P *p, int64_t v) {
+    int64_t c = new_node(p, K_INT);
+    if (c >= 0) p->nodes[c].u.i = v;
+    return c;
+}
+
+/* The hot state lives in locals (stores through the stack would otherwise make the compiler
+ * reload every field of P): SYNC before a helper that reads P, LOAD after. */
+#define SYNC() (p->sp = sp, p->pos = pos)
+#define LOAD() (sp = p->sp, stack = p->stack)
+#define NEED(k)                                                 \
+    do {                                                        \
+        if ((uint64_t)(k) > (uint64_t)(end - pos)) return BAIL; \
+    } while (0)
+#define PUSH(v)                                                             \
+    do {                                                                    \
+        uint32_t v_ = (uint32_t)(v);                                        \
+        if (sp == p->scap) {                                                \
+            SYNC();                                                         \
+            if (grow32((void **)&p->stack, &p->scap, (uint64_t)sp + 1, 4)) \
+                return BAIL;                                                \
+            stack = p->stack;                                               \
+        }                                                                   \
+        stack[sp++] = v_;                                                   \
+    } while (0)
+#define PUSH_NEW(expr)             \
+    do {                           \
+        SYNC();                    \
+        int64_t c_ = (expr);       \
+        if (c_ < 0) return BAIL;   \
+        PUSH(c_);                  \
+    } while (0)
+#define FENCE (p->mp ? p->marks[p->mp - 1] : 0)
+
+/* Runs the opcodes; the result node or BAIL. */
+static int64_t run(P *p) {
+    const uint8_t *d = p->d;
+    const Py_ssize_t end = p->n;
+    Py_ssize_t pos = 0;
+    uint32_t *stack = p->stack;
+    uint32_t sp = 0;
+    for (;;) {
+        NEED(1);
+        uint8_t op = d[pos++];
+        switch (op) {
+        case 'h': /* BINGET */
+        case 'j': { /* LONG_BINGET */
+            uint64_t idx;
+            if (op == 'h') {
+                NEED(1);
+                idx = d[pos++];
+            } else {
+                NEED(4);
+                idx = (uint32_t)le_int(d + pos, 4);
+                pos += 4;
+            }
+            if (idx >= p->memocap || p->memo[idx] == UNSET) return BAIL;
+            PUSH(p->memo[idx]);
+            break;
+        }
+        case 'q': /* BINPUT */
+        case 'r': /* LONG_BINPUT */
+        case 0x94: { /* MEMOIZE */
+            uint64_t idx;
+            if (op == 'q') {
+                NEED(1);
+                idx = d[pos++];
+            } else if (op == 'r') {
+                NEED(4);
+                idx = (uint32_t)le_int(d + pos, 4);
+                pos += 4;
+            } else {
+                idx = p->memocount;
+            }
+            /* mixed, MEMOIZE's index would depend on how Python counts: left to Python */
+            if (op == 0x94 ? p->used_put : p->used_memoize) return BAIL;
+            if (op == 0x94) p->used_memoize = 1; else p->used_put = 1;
+            SYNC();
+            if (memo_put(p, idx)) return BAIL;
+            break;
+        }
+        case 0x80: /* PROTO */
+            NEED(1);
+            if (d[pos++] > 5) return BAIL;
+            break;
+        case 0x95: { /* FRAME */
+            NEED(8);
+            uint64_t len = (uint64_t)le_int(d + pos, 8);
+            pos += 8;
+            NEED(len);
+            break;
+        }
+        case '.': /* STOP */
+            if (sp <= FENCE) return BAIL;
+            SYNC();
+            return stack[sp - 1];
+        case '(': /* MARK */
+            if (grow32((void **)&p->marks, &p->mcap, (uint64_t)p->mp + 1, 4)) return BAIL;
+            p->marks[p->mp++] = sp;
+            break;
+        case '}':
+            PUSH_NEW(new_node(p, K_DICT));
+            break;
+        case ']':
+            PUSH_NEW(new_node(p, K_LIST));
+            break;
+        case ')':
+            PUSH_NEW(new_node(p, K_TUPLE));
+            break;
+        case 'N':
+            PUSH(NONE_NODE);
+            break;
+        case 0x88:
+            PUSH(TRUE_NODE);
+            break;
+        case 0x89:
+            PUSH(FALSE_NODE);
+            break;
+        case 'K':
+            NEED(1);
+            PUSH_NEW(int_node(p, d[pos]));
+            pos += 1;
+            break;
+        case 'M':
+            NEED(2);
+            PUSH_NEW(int_node(p, d[pos] | (d[pos + 1] << 8)));
+            pos += 2;
+            break;
+        case 'J':
+            NEED(4);
+            PUSH_NEW(int_node(p, le_int(d + pos, 4)));
+            pos += 4;
+            break;
+        case 0x8a: { /* LONG1 */
+            NEED(1);
+            int k = d[pos++];
+            if (k > 8) return BAIL; /* beyond 64 bits */
+            NEED(k);
+            PUSH_NEW(int_node(p, k ? le_int(d + pos, k) : 0));
+            pos += k;
+            break;
+        }
+        case 'G': { /* BINFLOAT, big-endian */
+            NEED(8);
+            uint64_t bits = 0;
+            for (int j = 0; j < 8; j++) bits = (bits << 8) | d[pos + j];
+            pos += 8;
+            SYNC();
+            int64_t c = new_node(p, K_FLOAT);
+            if (c < 0) return BAIL;
+            memcpy(&p->nodes[c].u.f, &bits, 8);
+            PUSH(c);
+            break;
+        }
+        case 'X': /* BINUNICODE */
+        case 0x8c: /* SHORT_BINUNICODE */
+        case 0x8d: { /* BINUNICODE8 */
+            int w = op == 'X' ? 4 : op == 0x8c ? 1 : 8;
+            NEED(w);
+            uint64_t len = w == 4 ? (uint32_t)le_int(d + pos, 4)
+                                  : w == 1 ? d[pos] : (uint64_t)le_int(d + pos, 8);
+            pos += w;
+            NEED(len);
+            PUSH_NEW(str_node(p, pos, (Py_ssize_t)len));
+            pos += (Py_ssize_t)len;
+            break;
+        }
+        case 'a': { /* APPEND */
+            if (sp < FENCE + 2) return BAIL;
+            uint32_t v = stack[--sp];
+            uint32_t c = stack[sp - 1];
+            if (p->nodes[c].kind != K_LIST || add_kids(p, c, &v, 1)) return BAIL;
+            break;
+        }
+        case 's': { /* SETITEM */
+            if (sp < FENCE + 3) return BAIL;
+            uint32_t kv[2] = {stack[sp - 2], stack[sp - 1]};
+            sp -= 2;
+            uint32_t c = stack[sp - 1];
+            if (p->nodes[c].kind != K_DICT || !keys_ok(p, kv, 2) || add_kids(p, c, kv, 2))
+                return BAIL;
+            break;
+        }
+        case 'e': /* APPENDS */
+        case 'u': { /* SETITEMS */
+            if (!p->mp) return BAIL;
+            uint32_t k = p->marks[--p->mp];
+            if (k == 0 || k > sp || k - 1 < FENCE) return BAIL;
+            uint32_t c = stack[k - 1];
+            uint32_t count = sp - k;
+            if (op == 'e' ? p->nodes[c].kind != K_LIST
+                          : (p->nodes[c].kind != K_DICT || count % 2 ||
+                             !keys_ok(p, stack + k, count)))
+                return BAIL;
+            if (count && add_kids(p, c, stack + k, count)) return BAIL;
+            sp = k;
+            break;
+        }
+        case 't': /* TUPLE */
+        case 'l': /* LIST */
+        case 'd': { /* DICT */
+            if (!p->mp) return BAIL;
+            uint32_t k = p->marks[--p->mp];
+            if (k > sp || (op == 'd' && (sp - k) % 2)) return BAIL;
+            SYNC();
+            if (container_from(p, op == 't' ? K_TUPLE : op == 'l' ? K_LIST : K_DICT, k))
+                return BAIL;
+            LOAD();
+            break;
+        }
+        case 0x85:
+        case 0x86:
+        case 0x87: { /* TUPLE1..3 */
+            uint32_t m = op - 0x84;
+            if (sp < FENCE + m) return BAIL;
+            SYNC();
+            if (container_from(p, K_TUPLE, sp - m)) return BAIL;
+            LOAD();
+            break;
+        }
+        default:
+            return BAIL;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ Python objects */
+
+static PyObject *BAILED; /* a sentinel: the dump is left to the Python reader */
+
+static PyObject *conv(P *p, uint32_t i, int depth) {
+    if (p->nodes[i].obj) {
+        Py_INCREF(p->nodes[i].obj);
+        return p->nodes[i].obj;
+    }
+    Node *nd = &p->nodes[i];
+    PyObject *o = NULL;
+    switch (nd->kind) {
+    case K_NONE:
+        Py_RETURN_NONE;
+    case K_TRUE:
+        Py_RETURN_TRUE;
+    case K_FALSE:
+        Py_RETURN_FALSE;
+    case K_INT:
+        o = PyLong_FromLongLong(nd->u.i);
+        break;
+    case K_FLOAT:
+        o = PyFloat_FromDouble(nd->u.f);
+        break;
+    case K_LIST:
+    case K_TUPLE:
+    case K_DICT: {
+        if (depth > 48 || --p->budget < 0) {
+            Py_INCREF(BAILED); /* nested too deeply, or in a cycle */
+            return BAILED;
+        }
+        uint32_t len = nd->len;
+        uint64_t off = nd->u.off;
+        uint8_t kind = nd->kind;
+        o = kind == K_LIST ? PyList_New(len) : kind == K_TUPLE ? PyTuple_New(len) : PyDict_New();
+        if (!o) return NULL;
+        for (uint32_t j = 0; j < len; j++) {
+            PyObject *v = conv(p, p->kids[off + j], depth + 1);
+            if (v == BAILED || !v) {
+                Py_DECREF(o);
+                return v;
+            }
+            if (kind == K_LIST) {
+                PyList_SET_ITEM(o, j, v);
+            } else if (kind == K_TUPLE) {
+                PyTuple_SET_ITEM(o, j, v);
+            } else {
+                PyObject *val = conv(p, p->kids[off + ++j], depth + 1);
+                if (val == BAILED || !val) {
+                    Py_DECREF(v);
+                    Py_DECREF(o);
+                    return val;
+                }
+                int r = PyDict_SetItem(o, v, val);
+                Py_DECREF(v);
+                Py_DECREF(val);
+                if (r < 0) { /* an unhashable key: Python's unpickler fails there */
+                    PyErr_Clear();
+                    Py_DECREF(o);
+                    Py_INCREF(BAILED);
+                    return BAILED;
+                }
+            }
+        }
+        break;
+    }
+    default:
+        Py_INCREF(BAILED);
+        return BAILED;
+    }
+    if (!o) return NULL;
+    Py_INCREF(o);
+    p->nodes[i].obj = o; /* shared nodes stay shared objects, as unpickled */
+    return o;
+}
+
+/* ------------------------------------------------------------------ shapes and equality */
+
+/* Shapes a structured field's values must have (else the dump is left to Python). Scalars
+ * are None, str and int only, so that equality here is Python's. */
+enum { C_FLAT = 1, C_SIZES = 2, C_FRAMES = 4, C_DICT = 8 };
+#define MAX_ITEMS 4096
+#define MAX_PAIRS 64
+
+static int is_scalar(P *p, uint32_t i) {
+    uint8_t k = p->nodes[i].kind;
+    return k == K_NONE || k == K_STR || k == K_INT;
+}
+
+typedef int (*shape_fn)(P *, uint32_t);
+
+/* a scalar, or a list or tuple of at most `max` items of shape `item` */
+static int seq_of(P *p, uint32_t i, uint32_t max, shape_fn item, uint8_t bit) {
+    if (is_scalar(p, i) || (p->nodes[i].checked & bit)) return 1;
+    Node *nd = &p->nodes[i];
+    if ((nd->kind != K_LIST && nd->kind != K_TUPLE) || nd->len > max) return 0;
+    p->budget -= nd->len;
+    if (p->budget < 0) return 0;
+    for (uint32_t j = 0; j < nd->len; j++)
+        if (!item(p, p->kids[nd->u.off + j])) return 0;
+    p->nodes[i].checked |= bit;
+    return 1;
+}
+
+static int flat(P *p, uint32_t i) { return seq_of(p, i, MAX_ITEMS, is_scalar, C_FLAT); }
+static int sizes(P *p, uint32_t i) { return seq_of(p, i, MAX_ITEMS, flat, C_SIZES); }
+
+/* a scalar, or a dict of at most MAX_PAIRS scalar keys and values (a stack frame) */
+static int frame(P *p, uint32_t i) {
+    if (is_scalar(p, i) || (p->nodes[i].checked & C_DICT)) return 1;
+    Node *nd = &p->nodes[i];
+    if (nd->kind != K_DICT || nd->len > 2 * MAX_PAIRS) return 0;
+    for (uint32_t j = 0; j < nd->len; j++)
+        if (!is_scalar(p, p->kids[nd->u.off + j])) return 0;
+    p->nodes[i].checked |= C_DICT;
+    return 1;
+}
+
+static int frames(P *p, uint32_t i) { return seq_of(p, i, MAX_ITEMS, frame, C_FRAMES); }
+
+static int eq(P *p, uint32_t a, uint32_t b);
+
+/* dict equality as Python's: same keys (the last of duplicates counts), equal values */
+static int dict_lookup(P *p, Node *d, uint32_t key, uint32_t *val) {
+    int found = 0;
+    for (uint32_t j = 0; j < d->len; j += 2)
+        if (eq(p, p->kids[d->u.off + j], key)) {
+            *val = p->kids[d->u.off + j + 1];
+            found = 1;
+        }
+    return found;
+}
+
+static uint32_t distinct_keys(P *p, Node *d) {
+    uint32_t count = 0;
+    for (uint32_t j = 0; j < d->len; j += 2) {
+        int later = 0;
+        for (uint32_t l = j + 2; l < d->len && !later; l += 2)
+            later = eq(p, p->kids[d->u.off + j], p->kids[d->u.off + l]);
+        count += !later;
+    }
+    return count;
+}
+
+static int eq(P *p, uint32_t a, uint32_t b) {
+    if (a == b) return 1;
+    p->budget--;
+    Node *x = &p->nodes[a], *y = &p->nodes[b];
+    if (x->kind != y->kind) return 0;
+    switch (x->kind) {
+    case K_NONE:
+        return 1;
+    case K_INT:
+        return x->u.i == y->u.i;
+    case K_STR:
+        return PyUnicode_Compare(x->obj, y->obj) == 0;
+    case K_LIST:
+    case K_TUPLE:
+        if (x->len != y->len) return 0;
+        for (uint32_t j = 0; j < x->len; j++)
+            if (!eq(p, p->kids[x->u.off + j], p->kids[y->u.off + j])) return 0;
+        return 1;
+    case K_DICT: {
+        if (distinct_keys(p, x) != distinct_keys(p, y)) return 0;
+        for (uint32_t j = 0; j < x->len; j += 2) {
+            uint32_t va = NONE_NODE, vb = NONE_NODE;
+            dict_lookup(p, x, p->kids[x->u.off + j], &va);
+            if (!dict_lookup(p, y, p->kids[x->u.off + j], &vb) || !eq(p, va, vb)) return 0;
+        }
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* ------------------------------------------------------------------ Int64 columns */
+
+/* An int64 column handed to polars without a Python object per value, through the Arrow
+ * PyCapsule interface (__arrow_c_array__: polars imports it without copying). */
+struct ArrowSchema {
+    const char *format, *name, *metadata;
+    int64_t flags, n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+struct ArrowArray {
+    int64_t length, null_count, offset, n_buffers, n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+typedef struct {
+    PyObject_HEAD
+    int64_t *data;
+    Py_ssize_t n;
+} Int64s;
+
+static PyTypeObject Int64sType;
+
+static Int64s *int64s_new(Py_ssize_t n) {
+    Int64s *o = PyObject_New(Int64s, &Int64sType);
+    if (!o) return NULL;
+    o->n = n;
+    o->data = malloc((size_t)(n ? n : 1) * 8);
+    if (!o->data) {
+        Py_DECREF(o);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    return o;
+}
+
+static void int64s_dealloc(Int64s *o) {
+    free(o->data);
+    PyObject_Free(o);
+}
+
+static Py_ssize_t int64s_len(Int64s *o) { return o->n; }
+
+static void schema_release(struct ArrowSchema *s) { s->release = NULL; }
+
+static void array_release(struct ArrowArray *a) {
+    free(a->private_data); /* the values */
+    free(a->buffers);
+    a->release = NULL;
+}
+
+static void schema_capsule_free(PyObject *cap) {
+    struct ArrowSchema *s = PyCapsule_GetPointer(cap, "arrow_schema");
+    if (!s) {
+        PyErr_Clear();
+        return;
+    }
+    if (s->release) s->release(s);
+    free(s);
+}
+
+static void array_capsule_free(PyObject *cap) {
+    struct ArrowArray *a = PyCapsule_GetPointer(cap, "arrow_array");
+    if (!a) {
+        PyErr_Clear();
+        return;
+    }
+    if (a->release) a->release(a);
+    free(a);
+}
+
+static PyObject *int64s_arrow(Int64s *self, PyObject *args, PyObject *kwargs) {
+    (void)args;
+    (void)kwargs; /* requested_schema: there is only one */
+    struct ArrowSchema *schema = calloc(1, sizeof(*schema));
+    struct ArrowArray *array = calloc(1, sizeof(*array));
+    const void **buffers = calloc(2, sizeof(void *));
+    int64_t *values = malloc((size_t)(self->n ? self->n : 1) * 8);
+    if (!schema || !array || !buffers || !values) {
+        free(schema);
+        free(array);
+        free(buffers);
+        free(values);
+        return PyErr_NoMemory();
+    }
+    memcpy(values, self->data, (size_t)self->n * 8);
+    schema->format = "l";
+    schema->name = "";
+    schema->release = schema_release;
+    buffers[1] = values;
+    array->length = self->n;
+    array->n_buffers = 2;
+    array->buffers = buffers;
+    array->private_data = values;
+    array->release = array_release;
+    PyObject *s = PyCapsule_New(schema, "arrow_schema", schema_capsule_free);
+    if (!s) {
+        schema_release(schema);
+        free(schema);
+        array_release(array);
+        free(array);
+        return NULL;
+    }
+    PyObject *a = PyCapsule_New(array, "arrow_array", array_capsule_free);
+    if (!a) {
+        Py_DECREF(s);
+        array_release(array);
+        free(array);
+        return NULL;
+    }
+    PyObject *out = PyTuple_Pack(2, s, a);
+    Py_DECREF(s);
+    Py_DECREF(a);
+    return out;
+}
+
+static PyMethodDef int64s_methods[] = {
+    {"__arrow_c_array__", (PyCFunction)(void (*)(void))int64s_arrow, METH_VARARGS | METH_KEYWORDS,
+     "The values as an Arrow int64 array (schema and array capsules)."},
+    {NULL, NULL, 0, NULL}};
+
+static PySequenceMethods int64s_seq = {.sq_length = (lenfunc)int64s_len};
+
+static PyTypeObject Int64sType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ddp_autopsy.analyzer._frpickle.Int64s",
+    .tp_basicsize = sizeof(Int64s),
+    .tp_dealloc = (destructor)int64s_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An int64 column (one dump's values, or a batch's): pl.Series(name, it).",
+    .tp_methods = int64s_methods,
+    .tp_as_sequence = &int64s_seq,
+};
+
+/* join(columns): one Int64s of the given ones, in order */
+static PyObject *join(PyObject *self, PyObject *arg) {
+    (void)self;
+    PyObject *seq = PySequence_Fast(arg, "join() takes a sequence of Int64s");
+    if (!seq) return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq), n = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t j = 0; j < k; j++) {
+        if (Py_TYPE(items[j]) != &Int64sType) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "join() takes a sequence of Int64s");
+            return NULL;
+        }
+        n += ((Int64s *)items[j])->n;
+    }
+    Int64s *out = int64s_new(n);
+    if (out) {
+        int64_t *to = out->data;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            Int64s *c = (Int64s *)items[j];
+            memcpy(to, c->data, (size_t)c->n * 8);
+            to += c->n;
+        }
+    }
+    Py_DECREF(seq);
+    return (PyObject *)out;
+}
+
+/* ------------------------------------------------------------------ entries to columns */
+
+static const char *FIELDS[] = {
+    /* scalars: one value per entry */
+    "record_id", "pg_id", "collective_seq_id", "p2p_seq_id", "op_id", "is_p2p", "state",
+    "retired", "time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns",
+    "duration_ms", "timeout_ms", "thread_name",
+    /* structured: runs of equal neighbours */
+    "process_group", "profiling_name", "input_sizes", "input_dtypes", "output_sizes",
+    "output_dtypes", "frames"};
+#define NF 21
+#define NSCALAR 14
+#define F_PG_ID 1
+/* Int64 fields (polars dtype), and the times among them, where None and 0 both mean "not yet" */
+static const uint8_t INT_FIELD[NSCALAR] = {1, 1, 1, 1, 1, 0, 0, 0, 2, 2, 2, 0, 1, 0};
+#define F_PG 14
+static const shape_fn SHAPE[NF] = {[14] = flat,  [15] = is_scalar, [16] = sizes, [17] = flat,
+                                   [18] = sizes, [19] = flat,      [20] = frames};
+
+static int field_of(P *p, uint32_t key) {
+    if (p->nodes[key].kind != K_STR) return -1;
+    for (int f = 0; f < NF; f++)
+        if (PyUnicode_CompareWithASCIIString(p->nodes[key].obj, FIELDS[f]) == 0) return f;
+    return -1;
+}
+
+/* The runs of values[0..n) (pairs when values2): (firsts, change) or BAILED. */
+static PyObject *runs(P *p, const uint32_t *v, const uint32_t *v2, uint32_t n, int stride) {
+    uint8_t *change = malloc(n ? n : 1);
+    if (!change) return PyErr_NoMemory();
+    uint32_t count = 1;
+    change[0] = 1;
+    for (uint32_t i = 1; i < n; i++) {
+        const uint32_t *a = v + (size_t)i * stride, *b = v + (size_t)(i - 1) * stride;
+        int same = eq(p, *a, *b) && (!v2 || eq(p, v2[(size_t)i * stride], v2[(size_t)(i - 1) * stride]));
+        change[i] = !same;
+        count += !same;
+        if (p->budget < 0) {
+            free(change);
+            Py_INCREF(BAILED);
+            return BAILED;
+        }
+    }
+    PyObject *firsts = PyList_New(count), *out = NULL, *ch = NULL;
+    if (!firsts) goto done;
+    for (uint32_t i = 0, r = 0; i < n; i++) {
+        if (!change[i]) continue;
+        PyObject *o = conv(p, v[(size_t)i * stride], 0);
+        if (o && o != BAILED && v2) {
+            PyObject *o2 = conv(p, v2[(size_t)i * stride], 0);
+            if (!o2 || o2 == BAILED) {
+                Py_DECREF(o);
+                o = o2;
+            } else {
+                PyObject *t = PyTuple_Pack(2, o, o2);
+                Py_DECREF(o);
+                Py_DECREF(o2);
+                o = t;
+            }
+        }
+        if (!o || o == BAILED) {
+            Py_DECREF(firsts);
+            out = o;
+            goto done;
+        }
+        PyList_SET_ITEM(firsts, r++, o);
+    }
+    if (count == 1) {
+        ch = Py_None;
+        Py_INCREF(ch);
+    } else if (count == n) {
+        ch = Py_True;
+        Py_INCREF(ch);
+    } else {
+        ch = PyList_New(n);
+        if (!ch) {
+            Py_DECREF(firsts);
+            goto done;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            PyObject *b = change[i] ? Py_True : Py_False;
+            Py_INCREF(b);
+            PyList_SET_ITEM(ch, i, b);
+        }
+    }
+    out = PyTuple_Pack(2, firsts, ch);
+    Py_DECREF(firsts);
+    Py_DECREF(ch);
+done:
+    free(change);
+    return out;
+}
+
+/* An Int64 field's values: (v,) when all are equal, an Int64s when they are ints (or None, for
+ * a time), else NULL (no error set: built as a list). BAILED (error set) on failure. */
+static PyObject *int_column(P *p, const uint32_t *v, uint32_t n, int stride, int time) {
+    int same = 1;
+    for (uint32_t e = 0; e < n; e++) {
+        Node *nd = &p->nodes[v[(size_t)e * stride]];
+        if (!(nd->kind == K_INT || (time && nd->kind == K_NONE))) return NULL;
+        if (e && same) {
+            Node *first = &p->nodes[v[0]];
+            same = nd->kind == first->kind && (nd->kind == K_NONE || nd->u.i == first->u.i);
+        }
+    }
+    if (same) {
+        PyObject *o = conv(p, v[0], 0);
+        if (!o) goto failed;
+        PyObject *t = PyTuple_Pack(1, o);
+        Py_DECREF(o);
+        if (!t) goto failed;
+        return t;
+    }
+    Int64s *col = int64s_new(n);
+    if (!col) goto failed;
+    for (uint32_t e = 0; e < n; e++) {
+        Node *nd = &p->nodes[v[(size_t)e * stride]];
+        col->data[e] = nd->kind == K_INT ? nd->u.i : 0;
+    }
+    return (PyObject *)col;
+failed:
+    Py_INCREF(BAILED);
+    return BAILED;
+}
+
+static PyObject *columns(P *p, uint32_t top, uint32_t entries) {
+    Node *el = &p->nodes[entries];
+    uint32_t n = el->len;
+    PyObject *result = NULL, *topdict = NULL, *scalars = NULL, *structured = NULL;
+    uint32_t *vals = malloc((size_t)n * NF * 4 + 4);
+    if (!vals) return PyErr_NoMemory();
+    for (size_t j = 0; j < (size_t)n * NF; j++) vals[j] = NONE_NODE;
+    int has[NF] = {0};
+    for (uint32_t e = 0; e < n; e++) {
+        Node *d = &p->nodes[p->kids[el->u.off + e]];
+        if (d->kind != K_DICT) goto bail;
+        p->budget -= d->len;
+        for (uint32_t j = 0; j < d->len; j += 2) {
+            uint32_t key = p->kids[d->u.off + j];
+            int f = p->nodes[key].keyfield; /* keys are memoised: each is looked up once */
+            if (f == -2) f = p->nodes[key].keyfield = (int8_t)field_of(p, key);
+            if (f < 0) continue;
+            vals[(size_t)e * NF + f] = p->kids[d->u.off + j + 1]; /* the last of duplicates */
+            has[f] = 1;
+        }
+    }
+    if (p->budget < 0) goto bail;
+    for (int f = NSCALAR; f < NF; f++)
+        for (uint32_t e = 0; e < n; e++) {
+            uint32_t v = vals[(size_t)e * NF + f];
+            if (!SHAPE[f](p, v)) goto bail;
+        }
+    for (uint32_t e = 0; e < n; e++) /* pg_id takes part in the group runs */
+        if (!is_scalar(p, vals[(size_t)e * NF + F_PG_ID])) goto bail;
+
+    scalars = PyTuple_New(NSCALAR);
+    if (!scalars) goto fail;
+    for (int f = 0; f < NSCALAR; f++) {
+        PyObject *col;
+        if (!has[f]) {
+            col = Py_None;
+            Py_INCREF(col);
+        } else if (INT_FIELD[f] && (col = int_column(p, vals + f, n, NF, INT_FIELD[f] == 2))) {
+            if (col == BAILED) {
+                Py_DECREF(col);
+                goto fail;
+            }
+        } else {
+            col = PyList_New(n);
+            if (!col) goto fail;
+            for (uint32_t e = 0; e < n; e++) {
+                PyObject *o = conv(p, vals[(size_t)e * NF + f], 0);
+                if (!o || o == BAILED) {
+                    Py_DECREF(col);
+                    if (!o) goto fail;
+                    Py_DECREF(o);
+                    goto bail;
+                }
+                PyList_SET_ITEM(col, e, o);
+            }
+        }
+        PyTuple_SET_ITEM(scalars, f, col);
+    }
+    structured = PyTuple_New(NF - NSCALAR);
+    if (!structured) goto fail;
+    for (int f = NSCALAR; f < NF; f++) {
+        PyObject *r = f == F_PG ? runs(p, vals + F_PG_ID, vals + F_PG, n, NF)
+                                : runs(p, vals + f, NULL, n, NF);
+        if (!r) goto fail;
+        if (r == BAILED) {
+            Py_DECREF(r);
+            goto bail;
+        }
+        PyTuple_SET_ITEM(structured, f - NSCALAR, r);
+    }
+    /* the top-level dict, its entries left out */
+    Node *t = &p->nodes[top];
+    topdict = PyDict_New();
+    if (!topdict) goto fail;
+    for (uint32_t j = 0; j < t->len; j += 2) {
+        uint32_t k = p->kids[t->u.off + j], v = p->kids[t->u.off + j + 1];
+        PyObject *ko = conv(p, k, 1);
+        if (!ko || ko == BAILED) {
+            if (!ko) goto fail;
+            Py_DECREF(ko);
+            goto bail;
+        }
+        int is_entries = p->nodes[k].kind == K_STR &&
+                         PyUnicode_CompareWithASCIIString(ko, "entries") == 0;
+        PyObject *vo = is_entries ? PyList_New(0) : conv(p, v, 1);
+        if (!vo || vo == BAILED) {
+            Py_DECREF(ko);
+            if (!vo) goto fail;
+            Py_DECREF(vo);
+            goto bail;
+        }
+        int r = PyDict_SetItem(topdict, ko, vo);
+        Py_DECREF(ko);
+        Py_DECREF(vo);
+        if (r < 0) {
+            PyErr_Clear();
+            goto bail;
+        }
+    }
+    result = Py_BuildValue("(OIOO)", topdict, n, scalars, structured);
+    goto fail; /* frees what is not returned */
+bail:
+    result = Py_None;
+    Py_INCREF(result);
+fail:
+    free(vals);
+    Py_XDECREF(topdict);
+    Py_XDECREF(scalars);
+    Py_XDECREF(structured);
+    return result;
+}
+
+static void release(P *p) {
+    for (uint32_t i = 0; i < p->nn; i++) Py_XDECREF(p->nodes[i].obj);
+    free(p->nodes);
+    free(p->kids);
+    free(p->stack);
+    free(p->marks);
+    free(p->memo);
+}
+
+static PyObject *parse(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
+    P p;
+    memset(&p, 0, sizeof(p));
+    p.d = buf.buf;
+    p.n = buf.len;
+    p.budget = 64 * (int64_t)buf.len + 1000000;
+    PyObject *out = NULL;
+    /* sized for a usual dump (a node per ~15 bytes, a slot per ~10): few reallocs */
+    uint64_t want = (uint64_t)buf.len / 12 + 1024;
+    if (want < MAX_NODES && (p.nodes = malloc(want * sizeof(Node)))) p.ncap = (uint32_t)want;
+    if (grow((void **)&p.kids, &p.kcap, (uint64_t)buf.len / 8 + 1024, 4)) goto bail;
+    /* the singletons None, True, False */
+    if (new_node(&p, K_NONE) < 0 || new_node(&p, K_TRUE) < 0 || new_node(&p, K_FALSE) < 0)
+        goto bail;
+    int64_t top = run(&p);
+    if (p.bad_memo) {
+        /* Python's unpickler would allocate 16 bytes per index up to it (and can bring in the
+         * OOM killer before a MemoryError): refused here */
+        out = PyUnicode_FromFormat("unreadable pickle (memo index %llu in a %zd-byte file); the "
+                                   "dump is damaged", (unsigned long long)p.bad_memo, p.n);
+        goto done;
+    }
+    if (top < 0 || p.nodes[top].kind != K_DICT) goto bail;
+    Node *t = &p.nodes[top];
+    int64_t entries = -1;
+    for (uint32_t j = 0; j < t->len; j += 2) {
+        uint32_t k = p.kids[t->u.off + j];
+        if (p.nodes[k].kind == K_STR &&
+            PyUnicode_CompareWithASCIIString(p.nodes[k].obj, "entries") == 0)
+            entries = p.kids[t->u.off + j + 1];
+    }
+    if (entries < 0 || p.nodes[entries].kind != K_LIST || p.nodes[entries].len == 0) goto bail;
+    out = columns(&p, (uint32_t)top, (uint32_t)entries);
+    goto done;
+bail:
+    out = Py_None;
+    Py_INCREF(out);
+done:
+    release(&p);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"parse", parse, METH_O, "A Flight Recorder pickle as columns, or None (see the module)."},
+    {"join", join, METH_O, "One Int64s of several, in order."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_frpickle",
+                                    "Flight Recorder pickles straight to columns.", -1, methods};
+
+PyMODINIT_FUNC PyInit__frpickle(void) {
+    if (PyType_Ready(&Int64sType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&Int64sType);
+    if (PyModule_AddObject(m, "Int64s", (PyObject *)&Int64sType) < 0) return NULL;
+    BAILED = PyList_New(0);
+    if (!BAILED) return NULL;
+    PyObject *names = PyTuple_New(NF);
+    if (!names) return NULL;
+    for (int f = 0; f < NF; f++) {
+        PyObject *s = PyUnicode_FromString(FIELDS[f]);
+        if (!s) return NULL;
+        PyTuple_SET_ITEM(names, f, s);
+    }
+    if (PyModule_AddObject(m, "FIELDS", names) < 0) return NULL;
+    return m;
+}
