@@ -23,6 +23,7 @@ import argparse
 import itertools
 import json
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -94,7 +95,7 @@ def _cell(r: dict | None, why: str | None) -> tuple[str, str, str, str]:
         words = words[:217] + "..."
     if r.get("error"):
         words += f" [harness: {r['error']}]"
-    return cause, culprit, f"{r['seconds']}", words
+    return cause, culprit, "" if r["seconds"] is None else f"{r['seconds']}", words
 
 
 def write_doc(results: dict[str, dict]) -> dict[str, int]:
@@ -132,6 +133,15 @@ def write_doc(results: dict[str, dict]) -> dict[str, int]:
         "the job with an error on every rank, so they have no `live`/`fr` cells. Ranks are "
         "checked to be on the node the position names; a mismatch is a harness note in the "
         "cell.",
+        "",
+        "**Known limits of the analysis** (cells marked WRONG for these reasons). A link "
+        "dropped between two nodes looks the same from both sides (each node's probe or store "
+        "read of the other times out): with two nodes the node that fails to reach the master is "
+        "named, so a cut on the master's own node (position rank0, 2x2) names the other node; "
+        "with three nodes or more the cut node is told apart. Console logs carry no host name: "
+        "an unresolvable endpoint on the second node is found, but the verdict cannot say which "
+        "node printed it. A WORLD_SIZE mismatch is named only when some ranks got past "
+        "init_process_group while the others waited there for a rank the job does not have.",
         "",
         "## What counts as the right cause",
         "",
@@ -239,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
                     args.mode and mode not in args.mode) or (
                     args.topology and topology not in args.topology):
                 continue
-            res = rejudge(old)
+            try:
+                res = rejudge(old)
+            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+                print(f"rejudge {k}: {exc}", file=sys.stderr)
+                continue
             if res is None:
                 continue
             results[k] = asdict(res)

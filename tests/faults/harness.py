@@ -532,6 +532,8 @@ def rejudge(old: dict[str, Any]) -> CellResult | None:
                              if h == result.culprit_host] or \
             list(range(node * nproc, (node + 1) * nproc))
     report = _analyze(inputs)
+    if result.error and "analyze crashed" in result.error:
+        result.error = result.error.split("analyze crashed")[0].rstrip("; ") or None
     result.evidence = result.evidence.split("inputs {")[0].rstrip("; ")
     judge(result, report, result.node_ranks)
     (Path(result.run_dir) / "analysis.json").write_text(json.dumps(report, indent=1))
