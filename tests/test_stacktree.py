@@ -352,6 +352,10 @@ def test_native_stacks_merge_and_the_verdict_names_the_user_frame(tmp_path: Path
     text = out.getvalue()
     assert "clock_nanosleep  libc.so.6  [native]" in text and "0x7f" not in text
     assert text.index("evaluate  train.py:22") < text.index("clock_nanosleep")
+    from ddp_autopsy.reports import html
+
+    page = html.render(run_rules(job))
+    assert "clock_nanosleep (libc.so.6)" in page and ":None" not in page
 
 
 def test_a_native_difference_alone_makes_no_outlier(tmp_path: Path) -> None:

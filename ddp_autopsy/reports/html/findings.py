@@ -152,7 +152,7 @@ class ContextReader:
         out = []
         for func, file, line in main.select("func", "file", "line").head(STACK_CONTEXT)\
                 .iter_rows():
-            text = f"{func} ({file}:{line})"
+            text = f"{func} ({file}:{line})" if line is not None else f"{func} ({file})"  # native
             out.append(ContextLine(None, clean(text), text in ev.text))
         if main.height > STACK_CONTEXT:
             out.append(ContextLine(None, f"… {main.height - STACK_CONTEXT} outer frames"))
