@@ -197,6 +197,8 @@ def test_share_opens_one_incident_to_one_project(server: sh.Server,
     assert _share(server, iid, "beta").json()["shared_with"] == ["beta"]  # idempotent
     # beta sees it everywhere: list, search, incident, analysis, report, raw, group.
     assert iid in ids(server, B) and iid in ids(server, B, cause=up["a_only"]["inc"]["cause"])
+    word = up["a_only"]["inc"]["summary"][:24]  # text search reaches the shared too
+    assert iid in ids(server, B, q=word) and iid in ids(server, B, q=word.upper())
     inc = server.get(f"/api/v1/incidents/{iid}", token=B).json()
     assert inc["owned"] is False and inc["project"] == "default" and inc["shared_with"] == []
     for path in (f"/api/v1/incidents/{iid}/analysis", f"/i/{iid}/report",

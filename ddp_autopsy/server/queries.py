@@ -106,27 +106,28 @@ def list_incidents(conn: Connection, f: Filters, project: str, page_size: int = 
         conds.append(i.c.created_at >= _day(f.since))
     if f.until:
         conds.append(i.c.created_at < _day(f.until, end=True))
-    if f.q:
-        # The evidence text holds every finding's summary and evidence lines.
-        if len(f.q) >= 3 and not set(f.q) & set("%_\\") and t.has_text_index(conn):
-            # SQLite FTS5 trigrams: the same case-insensitive substring match, indexed.
-            fts = sa.text("SELECT rowid FROM incidents_fts WHERE evidence LIKE :pat") \
-                .bindparams(pat=f"%{f.q}%")
-            conds.append(sa.literal_column("incidents.rowid").in_(fts))
-        else:  # PostgreSQL: served by the pg_trgm index on lower(evidence) when present
-            pat = f"%{_like(f.q.lower())}%"
-            conds.append(sa.func.lower(i.c.evidence).like(pat, escape="\\"))
+    # The evidence text holds every finding's summary and evidence lines. PostgreSQL serves
+    # the plain match by the pg_trgm index on lower(evidence) when present.
+    text = [sa.func.lower(i.c.evidence).like(f"%{_like(f.q.lower())}%", escape="\\")] \
+        if f.q else []
+    indexed = text
+    if f.q and len(f.q) >= 3 and not set(f.q) & set("%_\\") and t.has_text_index(conn):
+        # SQLite FTS5 trigrams: the same case-insensitive substring match, indexed.
+        fts = sa.text("SELECT rowid FROM incidents_fts WHERE evidence LIKE :pat") \
+            .bindparams(pat=f"%{f.q}%")
+        indexed = [sa.literal_column("incidents.rowid").in_(fts)]
     page = max(1, f.page)
     newest = (i.c.created_at.desc(), i.c.id.desc())
-    own = sa.select(i).where(i.c.project == project, *conds)
+    own = sa.select(i).where(i.c.project == project, *conds, *indexed)
     if conn.execute(_shared_ids(project).limit(1)).first() is None:
         q = own.order_by(*newest)  # the common case: the (project, created_at) index, in order
     else:
         # Its own and the shared, each in order and cut at the page's end, then merged: one
         # "own OR shared" condition would sort every visible incident before the first page.
         end = page * page_size + 1
+        # The shared are few: matched by scanning them, not by the text index again.
         shared = sa.select(i).where(i.c.id.in_(_shared_ids(project)), i.c.project != project,
-                                    *conds)
+                                    *conds, *text)
         parts = [sa.select(x.order_by(*newest).limit(end).subquery()) for x in (own, shared)]
         both = sa.union_all(*parts).subquery()
         q = sa.select(both).order_by(both.c.created_at.desc(), both.c.id.desc())
