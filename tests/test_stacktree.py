@@ -409,3 +409,10 @@ def test_collect_native_of_a_real_job_keeps_stacks_mergeable(tmp_path: Path) -> 
     assert nverdict is not None and pverdict is not None
     assert (nverdict.rule, nverdict.ranks) == (pverdict.rule, pverdict.ranks) == ("COLL002", [1])
     assert ".so" not in nverdict.summary
+    # Both bundles together: two snapshots of the same processes, one native, one not. None
+    # moved (native frames are no movement), and where each is reads as Python frames.
+    both = load([native.bundle, plain.bundle])
+    moves = [m for m in both.snapshot_moves if m.rank is not None]
+    assert sorted(m.rank for m in moves) == [0, 1, 2], both.snapshot_moves
+    assert not [m for m in moves if m.moved], moves
+    assert not [m for m in moves if ".so" in m.last or "None" in m.last], moves

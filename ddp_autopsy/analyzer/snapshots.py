@@ -113,7 +113,9 @@ def point(data: bytes | str, pid: int, rank: int | None) -> Point | None:
     th = main_thread(threads, pid) if isinstance(threads, list) else None
     if th is None:
         return None
-    frames = [f for f in th.get("frames") or [] if isinstance(f, dict)]
+    # Python frames only: native ones (py-spy --native names their library as ``module``)
+    # differ between samples of a thread that waits in one place, and between dump modes
+    frames = [f for f in th.get("frames") or [] if isinstance(f, dict) and not f.get("module")]
     return Point(pid, rank, frame_signature(frames), frames_where(frames))
 
 
@@ -235,7 +237,7 @@ def merge_repeated(job: Job) -> tuple[Job, list[Movement]]:
             if bundle is None:
                 continue
             frames = [{"name": r["func"], "filename": r["file"], "line": r["line"]}
-                      for r in frame.iter_rows(named=True)]
+                      for r in frame.iter_rows(named=True) if not r.get("native")]
             rank = frame["rank"][0]
             snap = snaps.setdefault(bundle, Snapshot(created.get(bundle)))
             snap.points[pid] = Point(pid, rank, frame_signature(frames), frames_where(frames))
