@@ -88,7 +88,8 @@ def program(tmp_path: Path, *args: str, env: dict[str, str] | None = None,
         proc.wait()
 
 
-@pytest.mark.parametrize("python", _pythons(), ids=lambda p: p.split("/versions/")[-1][:6])
+@pytest.mark.parametrize("python", _pythons(), ids=lambda p: p.split("/versions/")[1].split(
+    "/")[0] if "/versions/" in p else "this")
 def test_faulthandler_dump_read_back_as_pyspy_threads(tmp_path: Path, python: str) -> None:
     with program(tmp_path, "--register", env=DECLARED, python=python) as (proc, log):
         got = faulthandler.take(proc.pid, None, timeout=30, own_env={})
