@@ -210,6 +210,7 @@ def test_plugin_rule_from_an_installed_package(tmp_path: Path) -> None:
     assert listing.returncode == 0, listing.stderr
     assert "ACME001" in listing.stdout and "plugin: acme_autopsy_rules" in listing.stdout
     assert "broken = acme_autopsy_rules.broken not loaded: ImportError: boom" in listing.stderr
+    assert "1 log pattern(s) from plugins: `ddp-autopsy patterns` lists them" in listing.stderr
     assert "zz_clash = acme_autopsy_rules.quota not loaded: ACME001 disk-quota-exceeded is taken" \
         in listing.stderr  # entry points load in name order: the first one wins
     logs = tmp_path / "logs"
