@@ -139,7 +139,9 @@ def test_no_signal_is_sent_without_declaration_or_handler(tmp_path: Path) -> Non
         time.sleep(0.3)
         assert proc.poll() is None, "the process was signalled"
     bad = faulthandler.take(os.getpid(), {faulthandler.ENV_VAR: "SIGNOPE"}, own_env={})
-    assert bad.status == "unavailable" and "is not a signal" in bad.detail
+    assert bad.status == "unavailable" and "is not SIGUSR1" in bad.detail
+    assert faulthandler.parse_signal("SIGINT") is None  # Python catches it: KeyboardInterrupt
+    assert faulthandler.parse_signal("15") is None
 
 
 def test_a_handler_that_is_not_faulthandler_is_signalled_once(tmp_path: Path) -> None:

@@ -88,13 +88,19 @@ class Dump:
 
 
 def parse_signal(value: str) -> int | None:
-    """``SIGUSR1`` / ``usr1`` / ``10`` → 10; None for anything else."""
+    """``SIGUSR1`` / ``usr1`` / ``10`` → 10; None for anything else, and for the signals that
+    mean something else to a job (SIGINT is caught by every Python process: it would raise
+    KeyboardInterrupt). Accepted: SIGUSR1, SIGUSR2 and the real-time signals."""
     v = value.strip().upper()
     if v.isdigit():
-        return int(v) if 0 < int(v) < signal.NSIG else None
-    name = v if v.startswith("SIG") else f"SIG{v}"
-    sig = getattr(signal.Signals, name, None) if name.isidentifier() else None
-    return int(sig) if sig is not None else None
+        sig = int(v)
+    else:
+        name = v if v.startswith("SIG") else f"SIG{v}"
+        found = getattr(signal.Signals, name, None) if name.isidentifier() else None
+        sig = int(found) if found is not None else 0
+    usable = sig in (signal.SIGUSR1, signal.SIGUSR2) or \
+        signal.SIGRTMIN <= sig <= signal.SIGRTMAX
+    return sig if usable else None
 
 
 def declared(env: Mapping[str, str] | None,
@@ -105,7 +111,8 @@ def declared(env: Mapping[str, str] | None,
         if value:
             sig = parse_signal(value)
             if sig is None:
-                return None, f"{ENV_VAR}={value!r} in {where} is not a signal"
+                return None, (f"{ENV_VAR}={value!r} in {where} is not SIGUSR1, SIGUSR2 or a "
+                              "real-time signal")
             return sig, where
     return None, f"no faulthandler signal declared ({ENV_VAR} is not set)"
 
