@@ -158,6 +158,29 @@ def test_rank_starved_of_cpu_is_not_waiting() -> None:
         assert ("hung" in states) is hang, (state, states)
 
 
+def test_log_tail_skips_the_watchers_own_dump(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+    """One key per file however it is named; bytes a faulthandler dump added are skipped, the
+    job's own bytes before them still reported."""
+    from ddp_autopsy.watch.probe import LogTail
+
+    log = tmp_path / "console.log"
+    log.write_text("start\n")
+    monkeypatch.chdir(tmp_path)
+    tail = LogTail()
+    tail.add("console.log")
+    tail.add(str(log))
+    assert list(tail.sizes) == [str(log.resolve())]
+    with open(log, "a") as fh:
+        fh.write("step=1\n")  # the job, before the signal
+        start = fh.tell()
+        fh.write('Current thread 0x1 (most recent call first):\n  File "t.py", line 1 in f\n')
+        end = fh.tell()
+    assert tail.skip(str(log), start, end) == len("step=1\n")
+    assert tail.poll() == (0, [])
+    assert tail.skip(str(tmp_path / "other.log"), 0, 10) is None
+
+
 def test_sampling_is_adaptive() -> None:
     """No py-spy while the logs grow; every fast period once quiet; slower while stacks move."""
     det = Detector(80.0, now=0.0)  # fast period 10 s, slow up to 26.7 s
