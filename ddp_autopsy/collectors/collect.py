@@ -451,10 +451,10 @@ def _problems(bundle: Bundle, procs_: dict[int, ProcessRecord], plan: logs.LogPl
               refused: list[str] | None = None) -> list[dict[str, Any]]:
     """What was not collected, besides stacks (each process's ``stack_status`` says that)."""
     out: list[dict[str, Any]] = []
-    if pyspy_exe is None:
-        out.append(_problem("pyspy_missing", count=len(procs_)))
     fallback = {pid: p.stack for pid, p in procs_.items() if p.stack is not None
                 and p.stack.json_path and p.stack.source != "py-spy"}
+    if pyspy_exe is None and not fallback:
+        out.append(_problem("pyspy_missing", count=len(procs_)))
     if fallback:  # stacks taken without py-spy (pyspy.fallback): the analysis says how
         notes = sorted({s.note or s.source for s in fallback.values()})
         out.append(_problem("stack_fallback", pids=list(fallback), detail=notes[0]

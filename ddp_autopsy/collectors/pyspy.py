@@ -47,6 +47,7 @@ from typing import Any
 from ddp_autopsy import bundle_layout as layout
 from ddp_autopsy.collectors import faulthandler, procs
 from ddp_autopsy.collectors.bundle import (
+    ABSENT,
     ERROR,
     EXITED,
     NOT_PYTHON,
@@ -285,7 +286,7 @@ def _fallback_dump(bundle: Bundle, pid: int, failed: StackDump,
     got = outcome.value
     if got.status != "ok" or not got.threads:
         if outcome.action is not None:
-            outcome.action.status = ERROR if got.status == "error" else SKIPPED
+            outcome.action.status = {"error": ERROR, "exited": EXITED}.get(got.status, ABSENT)
             outcome.action.error = got.detail
         status = EXITED if got.status == "exited" else failed.status
         return StackDump(status, f"{failed.error}; no fallback stack: {got.detail}",
