@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 
 import polars as pl
+from rich.console import Console
+from rich.table import Table
 
 from ddp_autopsy.analyzer import events as E
 from ddp_autopsy.analyzer import timestamps as T
@@ -293,3 +298,125 @@ def test_a_line_of_many_redraws() -> None:
     last = {r["rank"]: (r["line"], r["text"], data(r)) for r in kinds(rows, "last_line")}
     assert last[0] == (1, f"[rank0]:{BAR.replace('41%', '99%')}", {"progress": True})
     assert segments("a\rb\rc", 2) == ["b", "c"] and segments("a\rb", 5) == ["a", "b"]
+
+
+# --- rich's boxed tracebacks and pytest's failure report ------------------------------------------
+
+# A module deep enough for rich to wrap its frame header inside the box (80 columns).
+DEEP = "site-packages/torch/distributed/fully_sharded_data_parallel_wrappers"
+RAISER = '''class OutOfMemoryError(RuntimeError):
+    pass
+
+
+def _wrap(module):
+    if module:
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 79.15 GiB "
+                               "total capacity; 78.50 GiB already allocated)")
+    return module
+'''
+MAIN = f'''import sys
+sys.path.insert(0, {DEEP!r})
+from rich.traceback import install
+install()
+import wrap_policy_module
+
+
+def main():
+    for i in range(2):
+        wrap_policy_module._wrap(i)
+
+
+main()
+'''
+
+
+def rich_traceback(tmp_path: Path) -> list[str]:
+    """What rich.traceback.install() prints for an uncaught exception, from a real process."""
+    (tmp_path / DEEP).mkdir(parents=True)
+    (tmp_path / DEEP / "wrap_policy_module.py").write_text(RAISER)
+    (tmp_path / "train.py").write_text(MAIN)
+    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
+    env.pop("FORCE_COLOR", None)
+    out = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, text=True,
+                         capture_output=True, timeout=120)
+    assert out.returncode == 1 and "╭" in out.stderr, out.stderr
+    return out.stderr.splitlines()
+
+
+def test_rich_boxed_traceback_is_read_as_a_traceback(tmp_path: Path) -> None:
+    lines = rich_traceback(tmp_path)
+    module = str(tmp_path / DEEP / "wrap_policy_module.py")
+    # The last frame's header is wrapped inside the box.
+    assert not any(f"{module}:7 in _wrap" in x for x in lines)
+    # torchrun --tee's prefixes in front of every line, as it writes them.
+    rows = scan("".join(f"[default1]:[rank3]:{x}\n" for x in lines))
+    (exc,) = kinds(rows, "exception")
+    assert data(exc)["type"] == "OutOfMemoryError" and exc["rank"] == 3
+    assert data(exc)["frame"] == {"file": module, "line": 7, "func": "_wrap"}
+    assert [r["line"] for r in kinds(rows, "traceback")] == [1]
+    # The source line rich shows ("❱ 7 │ raise OutOfMemoryError("CUDA out of memory...") is no
+    # event: only the exception line after the box is.
+    assert {r["line"] for r in kinds(rows, "oom")} == {exc["line"]}
+    assert not kinds(rows, "traceback_fragment")
+
+
+def test_a_rich_box_cut_before_its_exception_is_still_a_failure(tmp_path: Path) -> None:
+    """s6-027: the paste starts inside the box and stops before the exception line."""
+    case = Path(__file__).parent / "corpus/s6-027/train.log"
+    rows = scan(case.read_text())
+    (frag,) = kinds(rows, "traceback_fragment")
+    assert data(frag)["frame"]["file"].endswith("torch/distributed/fsdp/wrap.py")
+    assert (data(frag)["frame"]["line"], data(frag)["frame"]["func"], frag["line"]) == (
+        317, "_wrap", 8)  # the header wrapped over lines 8-9
+    # The same from a real box: every line after the last frame's header dropped.
+    lines = rich_traceback(tmp_path)
+    last = max(i for i, x in enumerate(lines) if " in _wrap" in x)
+    (frag,) = kinds(scan("\n".join(lines[3: last + 3]) + "\n"), "traceback_fragment")
+    assert data(frag)["frame"]["func"] == "_wrap"
+    (tmp_path / "case").mkdir()
+    (tmp_path / "case/train.log").write_text(case.read_text())
+    verdict = run(load([tmp_path / "case"])).verdict
+    assert verdict is not None and verdict.rule == "CRASH004"
+
+
+def test_a_rich_table_is_no_traceback() -> None:
+    """Lightning's model summary: a rich table's rows are box lines, not a traceback."""
+    console = Console(file=io.StringIO(), width=80)
+    table = Table("", "Name", "Type", "Params")
+    table.add_row("0", "model", "Linear", "1.2 K")
+    table.add_row("1", "loss", "CrossEntropyLoss", "0")
+    console.print(table)
+    text = console.file.getvalue()
+    assert "│ 0 │ model" in text
+    rows = scan(text)
+    assert not [r for r in rows if r["kind"] != "last_line"]
+
+
+def test_pytest_failure_report_is_read_as_its_content(tmp_path: Path) -> None:
+    """pytest's "E" lines, from a real pytest run: the exception and its message's events."""
+    (tmp_path / "test_job.py").write_text(
+        "def test_allreduce():\n"
+        f"    raise RuntimeError({WATCHDOG!r})\n\n\n"
+        "def test_nested():\n"
+        "    for _ in range(1):\n"
+        "        if True:\n"
+        f"            raise ValueError({OOM!r})\n")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                          "test_job.py"], cwd=tmp_path, text=True, capture_output=True,
+                         timeout=120)
+    assert "FAILED" in out.stdout, out.stdout
+    lines = out.stdout.splitlines()
+    prefix = detect_prefixes(lines)
+    assert prefix.pytest == 7, prefix  # "E" + 7 spaces (the deeper one has 11)
+    rows = scan(out.stdout)
+    assert {data(r)["type"] for r in kinds(rows, "exception")} == {"RuntimeError", "ValueError"}
+    # (pytest's "> raise ..." source line holds the message too: read as before, unprefixed)
+    for kind in ("watchdog_timeout", "oom"):
+        (row,) = [r for r in kinds(rows, kind) if lines[r["line"] - 1].startswith("E ")]
+        assert row["text"] == lines[row["line"] - 1]
+    # s6-020: a traceback in the report, cut before its exception line.
+    case = (Path(__file__).parent / "corpus/s6-020/pytest.log").read_text()
+    rows = scan(case)
+    assert [r["line"] for r in kinds(rows, "traceback")] == [4]
+    (frag,) = kinds(rows, "traceback_fragment")
+    assert data(frag)["frame"]["file"].endswith("torch/utils/data/dataloader.py")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddp_autopsy.analyzer.lines import NO_PREFIX, FilePrefix, detect_prefixes, parse_line
+from ddp_autopsy.analyzer.lines import NO_PREFIX, FilePrefix, detect_prefixes, parse_line, unbox
 
-ALL = FilePrefix(pdsh=True, srun=True, bracket=True)
+ALL = FilePrefix(pdsh=True, srun=True, bracket=True, pytest=7)
 
 
 def test_stacked_launcher_torch_and_c10_prefixes() -> None:
@@ -97,6 +98,20 @@ def test_stacked_file_prefixes() -> None:
     assert detect_prefixes(lines) == FilePrefix(pdsh=True, srun=True)
 
 
+def test_pytest_prefix_decided_per_file() -> None:
+    # The least padding after "E" is pytest's (an exception's own lines are indented after it).
+    report = ["E       RuntimeError: boom", "E", "E         File \"a.py\", line 3, in f"]
+    assert detect_prefixes(report) == FilePrefix(pytest=7)
+    assert parse_line(report[2], 2026, FilePrefix(pytest=7)).body == '  File "a.py", line 3, in f'
+    # A minority of "E" lines is a report only under pytest's own headers.
+    lines = ["E   x", "E   y", "a", "b", "c", "d"]
+    assert detect_prefixes(lines) == NO_PREFIX
+    assert detect_prefixes(["____ test_x ____", *lines]).pytest == 3
+    # Nor is a glog line or a word a marker.
+    assert detect_prefixes(["E1218 20:27:21.426415 1 a.cpp:1] x"] * 3) == NO_PREFIX
+    assert parse_line("Epoch 3", 2026, FilePrefix(pytest=7)).body == "Epoch 3"
+
+
 def test_empty_sample() -> None:
     assert detect_prefixes([]) == NO_PREFIX
     assert detect_prefixes(["", None, ""]) == NO_PREFIX
@@ -107,6 +122,7 @@ PIECES = st.sampled_from([
     "[E1218 20:27:21.426415540 a.cpp:1] ", "W1026 03:51:31.222000 1 a.py:9] ",
     "[2024-04-10 16:02:56,193] x: [INFO] ", "2024-05-01T10:11:12Z ", "[a.py:1:f] ",
     "h:1:2 [0] NCCL INFO ", "[PG 0 Rank 1] ", "[", "]", ":", " ", "\x00", "é", "",
+    "E", "E   ", "│ ", " │", "╭─ Traceback (most recent call last) ─╮", "╰──╯", "❱ 3 │ ", "a.py:3 in f",
 ])
 
 
@@ -121,3 +137,10 @@ def test_parse_line_never_raises_on_stacked_prefixes(pieces: list[str], rest: st
 @given(st.lists(st.lists(PIECES, max_size=3).map("".join), max_size=30))
 def test_detect_prefixes_never_raises(lines: list[str]) -> None:
     assert isinstance(detect_prefixes(lines), FilePrefix)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(PIECES, max_size=4).map("".join), max_size=30))
+def test_unbox_never_raises_and_keeps_the_lines(lines: list[str]) -> None:
+    out = unbox(pl.DataFrame({"text": lines}, schema={"text": pl.String}))
+    assert out.height == len(lines)

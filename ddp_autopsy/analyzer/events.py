@@ -62,9 +62,11 @@ from ddp_autopsy.analyzer.lines import (
     WriterKey,
     block_writers,
     detect,
+    has_box,
     is_progress,
     parse_line,
     segments,
+    unbox,
 )
 from ddp_autopsy.analyzer.sources import READ_ERRORS, InputNote
 from ddp_autopsy.analyzer.timestamps import Reference
@@ -469,6 +471,8 @@ def _lines(block: bytes) -> tuple[pl.DataFrame, bool]:
     frame, replaced = _read_lines(block)
     if b"\x1b" in block:
         frame = frame.with_columns(pl.col("text").str.replace_all(ANSI, ""))
+    if has_box(block):  # rich's boxed tracebacks, read as plain ones
+        frame = unbox(frame)
     return frame, replaced
 
 
@@ -522,7 +526,8 @@ def _rows(frame: pl.DataFrame, rows: list[int]) -> pl.DataFrame:
 def _use_hyperscan(block: bytes, replaced: bool) -> bool:
     """Whether the lines polars read are the block's bytes as they are (no bad UTF-8 replaced,
     no ANSI stripped) and the block is worth a Hyperscan pass."""
-    return not replaced and len(block) >= HYPERSCAN_MIN and b"\x1b" not in block
+    return not replaced and len(block) >= HYPERSCAN_MIN and b"\x1b" not in block \
+        and not has_box(block)
 
 
 # --- Hyperscan: the needles in one pass over the bytes (optional: ``ddp-autopsy[fast]``) ------
@@ -708,8 +713,8 @@ def _sift_batch(datas: list[bytes]) -> list[_Sifted]:
     if len(datas) == 1:
         return [_sift(datas[0], True)]
     block = b"".join(datas)
-    if b"\x1b" in block:  # files with ANSI colours alone (their lines differ from their bytes)
-        return _apart(datas, [b"\x1b" in d for d in datas])
+    if b"\x1b" in block or has_box(block):  # files with ANSI colours or boxes alone
+        return _apart(datas, [b"\x1b" in d or has_box(d) for d in datas])  # (rewritten)
     frame, replaced = _lines(block)
     if replaced:  # the files with invalid UTF-8 alone, the others still together
         bad = [not _utf8(d) for d in datas]
@@ -922,6 +927,7 @@ def scan_text(
         notes.append(InputNote(ctx.display, f"read stopped after line {line_no} "
                                             f"(truncated or corrupt: {err})"))
     _flush_elastic(state, ctx, events)
+    _flush_tracebacks(state, ctx, events)
     _prune(events, state, state.prune_at)
     _last_lines(state, ctx, events)
     for kind, n in sorted(state.dropped.items()):
@@ -1004,8 +1010,9 @@ def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, 
     if fm:
         tb = state.tracebacks.get(stream)
         if tb is None:  # frames pasted without their "Traceback (most recent call last):"
-            tb = state.tracebacks[stream] = {"line": line, "frames": []}
+            tb = state.tracebacks[stream] = {"line": line, "frames": [], "headless": True}
         tb["frames"] = [*tb["frames"][-4:], fm.groupdict()]
+        tb["at"] = (line, raw, info)
         state.code_line[stream] = (line + 1, len(body) - len(body.lstrip()))
         return
     echo = state.code_line.pop(stream, None)
@@ -1074,6 +1081,21 @@ def _elastic(line: int, raw: str, body: str, ctx: FileContext, state: _State,
     _flush_elastic(state, ctx, events)
     state.elastic_section = None
     return False
+
+
+def _flush_tracebacks(state: _State, ctx: FileContext, events: list[dict[str, Any]]) -> None:
+    """A traceback no exception line closed (a fragment: a paste that stops inside it) is a
+    failure of its own (``traceback_fragment``), quoted at its innermost frame; not frames without
+    a "Traceback" line (a printed stack), nor one an exception line follows under other prefixes."""
+    after = max((e["line"] for e in events if e["kind"] == "exception"), default=0)
+    for tb in state.tracebacks.values():
+        if "at" in tb and not tb.get("headless") and tb["line"] > after:
+            line, raw, info = tb["at"]
+            last = tb["frames"][-1]
+            frame = {"file": last["file"], "line": int(last["line"]), "func": last["func"].strip()}
+            events.append(_row("traceback_fragment", line, info, ctx, raw,
+                               {"traceback_line": tb["line"], "frame": frame}))
+    state.tracebacks.clear()
 
 
 ELASTIC_RANK = re.compile(r"(?P<rank>\d+) \(local_rank: (?P<lr>\d+)\)")

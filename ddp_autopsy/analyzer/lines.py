@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import polars as pl
@@ -70,9 +70,16 @@ BRACKET = re.compile(r"^\[(?P<n>[0-9]+)\]: ?(?P<rest>\S)")
 QUOTE = re.compile(r"^(?:> ?|[ \t]+\| ?)")
 # docker compose: "svc-1  | msg" (the service name padded to the longest one).
 COMPOSE = re.compile(r"^(?P<svc>[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]*) +\| ")
+# pytest's failure report: "E" and the failing statement's indent less one ("E       msg"), the
+# same for every line of one exception (its own indentation follows); a blank line is "E".
+PYTEST_E = r"^E(?: +\S|$)"
+# ... in a pytest report: a test's header "____ test_x ____", a section "==== FAILURES ====",
+# the summary "FAILED tests/test_x.py::test_y - ..." (or a file of nothing but "E" lines).
+PYTEST_MARK = (r"^_{3,} .*\S.* _{3,}$|^={3,} (?:FAILURES|ERRORS|short test summary info) ={3,}$"
+               r"|^(?:FAILED|ERROR) \S+::")
 #: Any of them, for a quick look (the regexes are kept ASCII: polars compiles them per call).
 ANY_FILE_PREFIX = (r"^(?:(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,62}| *[0-9]+|\[[0-9]+\]): "
-                   r"|[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]* +\| |>|[ \t]+\| )")
+                   r"|[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]* +\| |>|[ \t]+\| |E(?: +\S|$))")
 
 # --- prefixes read on every line -------------------------------------------------------------
 # P1 torchrun --tee/--redirects: "[default0]:" = "[<role><local_rank>]:"; custom templates such as
@@ -166,6 +173,80 @@ def segments(text: str, last: int | None = None) -> list[str]:
     return [x for x in out if x.strip()]
 
 
+# --- rich's boxed tracebacks (rich.traceback.install(): accelerate, Lightning CLI, typer...) -----
+# rich/traceback.py draws a Panel (box.ROUNDED, padding 0 1) titled "Traceback (most recent call
+# last)" around the frames, each "<file>:<line> in <func>" ("in <func>:<line>" when the file does
+# not exist), a blank line and the code around it with line numbers ("❱ 388 │ code" the current
+# one); the box is as wide as the terminal (100 when not one), a long header is wrapped inside
+# it. "<Type>: <message>" follows the box, the type unqualified ("OutOfMemoryError: ...").
+#: The box's side; a block holding none of its bytes is not looked at.
+BOX_SIDE = "│"
+BOX_BYTES = BOX_SIDE.encode()
+
+
+def has_box(block: bytes) -> bool:
+    """Whether ``block`` holds a box's side: its lead byte first (memchr: 0.5 ms per 4 MB, where
+    a search for the 3 bytes takes 15; most logs have no character beyond U+07FF)."""
+    return BOX_BYTES[:1] in block and BOX_BYTES in block
+
+_BOX = r"^(?P<pre>[^│╭╰]*)(?P<edge>[│╭╰])(?P<body>.*)[│╮╯][ \t\r]*$"
+_BOX_CODE = r"^(?:[❱>] *)?[0-9]+(?: │|$)|^[│╭╰]"  # a numbered code line, a nested panel (locals)
+_BOX_HEADER = r"^\S.*:[0-9]+ in \S+$|^in \S+:[0-9]+$"
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def unbox(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame``'s ``text`` with rich's traceback boxes read as Python prints a traceback: the
+    title line as "Traceback (most recent call last):", each frame header (joined when wrapped)
+    as '  File "<file>", line <n>, in <func>', code lines (the program's source, not its output)
+    and borders blank, other lines in the box as their text; whatever precedes a box line (its
+    prefixes) kept. A box whose top is not there (a paste that starts inside it) opens with a
+    "Traceback" line at its first blank or code line, so that a fragment is still a traceback.
+    Lines outside boxes are left as they are; line numbers stay."""
+    text = pl.col("text")
+    g = text.str.extract_groups(_BOX)
+    pre, edge, body = g.struct.field("pre"), g.struct.field("edge"), g.struct.field("body")
+    content = body.str.strip_chars(" ")
+    full = body.str.contains(r"\S ?$")  # the content reaches the box's right side: wrapped?
+    side = edge == BOX_SIDE
+    blank = side & (content == "")
+    code = side & content.str.contains(_BOX_CODE)
+    textual = side & ~blank & ~code
+    shape = pre.str.replace_all("[0-9]", "")  # a writer's prefixes, its stamps aside
+    box = edge.is_not_null()
+    after_box = (box.shift(1) & (shape.shift(1) == shape)).fill_null(False)
+    after_text = (textual.shift(1) & (shape.shift(1) == shape)).fill_null(False)
+    next1 = (textual.shift(-1) & (shape.shift(-1) == shape)).fill_null(False)
+    next2 = next1 & (textual.shift(-2) & (shape.shift(-2) == shape)).fill_null(False)
+    sep = pl.when(full).then(pl.lit("")).otherwise(pl.lit(" "))
+    two = content + sep + content.shift(-1)
+    three = two + sep.shift(-1) + content.shift(-2)
+    start = textual & ~after_text
+    header = (pl.when(start & content.str.contains(_BOX_HEADER)).then(content)
+              .when(start & next1 & two.str.contains(_BOX_HEADER)).then(two)
+              .when(start & next2 & three.str.contains(_BOX_HEADER)).then(three))
+    joined = (pl.when(header.is_null()).then(0)
+              .when(header == content).then(1).when(header == two).then(2).otherwise(3))
+    frame_line = (
+        header.str.replace(r"^(\S.*):([0-9]+) in (\S+)$", '  File "${1}", line ${2}, in ${3}')
+        .str.replace(r"^in (\S+):([0-9]+)$", '  File "<unknown>", line ${2}, in ${1}'))
+    top = (edge == "╭") & body.str.contains("Traceback", literal=True)
+    # A box without its top (a table has rows like code lines: a traceback has frame headers or
+    # a current line): the first blank or code line of its run of box lines opens it.
+    run = (~after_box).cum_sum()
+    first = (blank | code) & ((blank | code).cast(pl.Int32).cum_sum().over(run) == 1) \
+        & ~(edge == "╭").any().over(run) \
+        & (header.is_not_null() | content.str.starts_with("❱")).any().over(run)
+    consumed = (joined.shift(1) >= 2).fill_null(False) | (joined.shift(2) == 3).fill_null(False)
+    out = (pl.when(~box).then(text)
+           .when(top | (side & first)).then(pre + _TRACEBACK)
+           .when(edge == "╭").then(text)
+           .when(header.is_not_null()).then(pre + frame_line)
+           .when(consumed | blank | code | (edge == "╰")).then(pre)
+           .otherwise(pre + content))
+    return frame.with_columns(out.alias("text"))
+
+
 #: Lines sampled to decide a file's prefixes, and the share of them that must carry one.
 SAMPLE_LINES = 2000
 MAJORITY = 0.6
@@ -180,6 +261,8 @@ class FilePrefix:
     bracket: bool = False
     compose: bool = False
     quote: bool = False
+    #: pytest's "E" marker and this many spaces at most (0: none).
+    pytest: int = 0
 
 
 NO_PREFIX = FilePrefix()
@@ -253,9 +336,27 @@ def detect(sample: Sequence[str | None] | pl.Series) -> tuple[FilePrefix, Writer
         compose, rest = _carried(rest, COMPOSE)
         pdsh, rest = _carried(rest, PDSH)
         srun, rest = _carried(rest, SRUN_LABEL)
-        bracket, _ = _carried(rest, BRACKET)
+        bracket, rest = _carried(rest, BRACKET)
         prefix = FilePrefix(pdsh=pdsh, srun=srun, bracket=bracket, compose=compose, quote=quote)
+    else:
+        rest = lines
+    width = _pytest_width(rest)
+    if width:
+        prefix = replace(prefix, pytest=width)
     return prefix, writer_key(lines, prefix)
+
+
+def _pytest_width(lines: pl.Series) -> int:
+    """How many spaces follow pytest's "E" in ``lines`` (its least: each exception has its own,
+    and its message lines their own indentation after it); 0 when they are no pytest report
+    (most lines "E" ones, or a pytest header, section or summary line among them)."""
+    marked = lines.str.contains(PYTEST_E)
+    hits = marked.sum()
+    if hits < 2 or (hits < MAJORITY * lines.len()
+                    and not lines.str.contains(PYTEST_MARK).any()):
+        return 0
+    width = lines.str.extract(r"^E( +)\S", 1).str.len_chars().min()
+    return width if isinstance(width, int) else 1
 
 
 # --- writers told apart in bulk ----------------------------------------------------------------
@@ -264,8 +365,12 @@ def detect(sample: Sequence[str | None] | pl.Series) -> tuple[FilePrefix, Writer
 # name reaches parse_line. Stamps between the prefixes are skipped (they differ on every line);
 # prefixes inside the message ("[Rank N]") are not read there.
 _QUOTE_TOKEN = r"(?:> ?|[ \t]+\| ?)"
+_PYTEST_TOKEN = r"E +"
+#: File prefixes that name no writer.
+_NAMELESS = {_QUOTE_TOKEN, _PYTEST_TOKEN}
 _FILE_TOKENS = (
     ("quote", _QUOTE_TOKEN),
+    ("pytest", _PYTEST_TOKEN),
     ("compose", r"[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]* +\| "),
     ("pdsh", r"[A-Za-z0-9][A-Za-z0-9_.-]*: "),
     ("srun", r" *[0-9]+: "),
@@ -317,13 +422,13 @@ def writer_key(lines: pl.Series, prefix: FilePrefix) -> WriterKey | None:
     """How to name the writers of lines like ``lines`` (None: nothing in them names one)."""
     files = [t for name, t in _FILE_TOKENS if getattr(prefix, name)]
     if lines.len() == 0:
-        named = files not in ([], [_QUOTE_TOKEN])
+        named = not set(files) <= _NAMELESS
         return WriterKey(f"^((?:{'|'.join(files)})*){_WRITTEN}") if named else None
     which = lines.str.extract_groups(_WHICH).struct.unnest()
     which = which.filter(pl.col("2").is_not_null())
     toks = which["2"].unique().to_list()
     used = [t for t in _LINE_TOKENS if any(re.fullmatch(t, x) for x in toks)]
-    if not used and files in ([], [_QUOTE_TOKEN]):  # every line quoted names no writer
+    if not used and set(files) <= _NAMELESS:  # every line quoted names no writer
         return None
     if which["1"].is_not_null().any():  # a stamp before the writer prefixes
         pre = f"((?:{'|'.join(files)})*)" if files else "()"
@@ -492,6 +597,11 @@ def _file_prefixes(text: str, prefix: FilePrefix, info: LineInfo, parts: list[st
             info.slot = int(m.group("n"))
             parts.append(f"s={info.slot}")
             body = body[m.start("rest") :]
+    if prefix.pytest and body[:1] == "E" and body[1:2] in ("", " "):  # inside srun's label
+        end = 1
+        while end <= prefix.pytest and body[end: end + 1] == " ":
+            end += 1
+        body = body[end:]
     return body
 
 
