@@ -19,7 +19,7 @@ them only when told to.
 >>> sample = ["node7:  0: [rank0]: hello", "node7:  1: world", "node8: 12: again"]
 >>> prefix = detect_prefixes(sample)
 >>> prefix
-FilePrefix(pdsh=True, srun=True, bracket=False, compose=False, quote=False)
+FilePrefix(pdsh=True, srun=True, bracket=False, compose=False, quote=False, pytest=0)
 >>> info = parse_line("node8: 12: RuntimeError: boom", 2024, prefix)
 >>> (info.host, info.task, info.body, info.stream)
 ('node8', 12, 'RuntimeError: boom', 'h=node8|t=12')
@@ -29,6 +29,17 @@ Followed by a prefix that names a writer, a label or a host is read on its own l
 >>> info = parse_line("12: [rank12]: RuntimeError: boom", 2024)
 >>> (info.task, info.rank, info.body)
 (12, 12, 'RuntimeError: boom')
+
+pytest's failure report marks its lines with ``E`` and padding, decided per file the same way
+(most lines carry it, or pytest's own headers are there), and stripped after the other file
+prefixes:
+
+>>> report = ["E       RuntimeError: boom", "E", '_______ test_x _______']
+>>> parse_line(report[0], 2024, detect_prefixes(report)).body
+'RuntimeError: boom'
+
+rich's boxed tracebacks (``rich.traceback.install()``) are rewritten as Python prints a
+traceback before anything reads them: :func:`unbox`, in polars, on the blocks that hold a box.
 
 A captured terminal holds ``\\r``-redrawn progress bars: :func:`segments` splits a physical line
 into the messages written on it (the line number stays the physical line's).
