@@ -197,6 +197,9 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      {"local_rank": 0, "devices": "0,1"}),  # Lightning
     ("worker_signal", "  traceback : Signal 11 (SIGSEGV) received by PID 6421",
      {"signum": 11, "signal": "SIGSEGV", "pid": 6421}),  # a summary field without its header
+    ("inputs_exhausted", "RuntimeError: Rank 1 exhausted all inputs.", {"exhausted": 1}),
+    ("inputs_exhausted", "RuntimeError: Detected at least one rank that exhausted inputs. "
+     "Throwing across all ranks.", {}),
     # the node count a launch asked for (a pasted command line, torchelastic's launch config)
     ("launch_nodes", "python -m torch.distributed.launch --nnode=2 --node_rank=1 "
      "--nproc_per_node=1 train.py", {"n": 2}),

@@ -658,6 +658,16 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\]]+): Out Of Memory)",
     ),
     # --- DDP ----------------------------------------------------------------------------------
+    # DDP's Join context with throw_on_early_termination=True (torch.distributed.algorithms.join,
+    # nn.parallel.distributed): the rank out of data raises "Rank 1 exhausted all inputs.", the
+    # others "Detected at least one rank that exhausted inputs. Throwing across all ranks."
+    _p(
+        "inputs_exhausted",
+        ("exhausted all inputs", "rank that exhausted inputs"),
+        r"Rank (?P<exhausted>\d+) exhausted all inputs"
+        r"|(?P<other>Detected at least one rank that exhausted inputs)",
+        exhausted=int,
+    ),
     _p(
         "unused_parameters",
         ("Expected to have finished reduction", "did not receive grad for rank",
@@ -1047,6 +1057,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "closing_signal": {"info"},
     "rank_local_work": {"info"},
     "unused_parameters": {"failure"},
+    "inputs_exhausted": {"failure"},
     "backend_device_mismatch": {"failure"},
     "no_socket_interface": {"failure"},
     "socket_ifname": {"info"},

@@ -12,8 +12,13 @@ steps. With uneven shards (a sampler that splits the data unevenly, `drop_last=F
 dynamic batching), the ranks with fewer batches leave the loop while the others wait in
 backward for a partner that never comes, until the timeout.
 
+With DDP's Join context and `throw_on_early_termination=True`, the logs say it too: "Rank 1
+exhausted all inputs." on the rank out of data, "Detected at least one rank that exhausted
+inputs. Throwing across all ranks." on the others.
+
 ## Evidence
-py-spy dumps: the ranks in backward, and where the odd ranks are instead (or that they exited).
+py-spy dumps: the ranks in backward, and where the odd ranks are instead (or that they exited);
+or the Join context's messages.
 
 ## Remedy
 Give every rank the same number of steps: `DistributedSampler(drop_last=True)` or pad the
@@ -67,9 +72,27 @@ class UnevenInputs(Rule):
     slug = "uneven-inputs"
     cause = "uneven_inputs"
     severity = "critical"
-    requires = ("stacks",)
+    requires = ()  # the stacks, or the Join context's log lines
+    optional = ("events", "stacks", "stack_tree")
 
     def check(self, job: Job) -> Iterator[Finding]:
+        yield from self._join_exhausted(job)
+        if job.stacks.height:
+            yield from self._in_backward(job)
+
+    def _join_exhausted(self, job: Job) -> Iterator[Finding]:
+        """DDP's Join context said so itself (throw_on_early_termination=True)."""
+        rows = job.rows("inputs_exhausted")
+        if not rows:
+            return
+        out = sorted({r["data"]["exhausted"] for r in rows if "exhausted" in r["data"]})
+        who = rank_phrase(out).capitalize() if out else "At least one rank"
+        yield self.from_rows(
+            rows, f"{who} ran out of inputs before the others (DDP's Join context stopped every "
+            "rank): the ranks have different numbers of batches (uneven inputs).", shown=2,
+            ranks=out, confidence=0.9, details={"exhausted": out})
+
+    def _in_backward(self, job: Job) -> Iterator[Finding]:
         tree = job.stack_tree
         in_backward = [c for c in tree.classes if c.collective and is_backward_wait(c.collective)]
         if not in_backward:

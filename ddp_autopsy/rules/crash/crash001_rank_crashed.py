@@ -58,7 +58,7 @@ CONSEQUENCE = re.compile(
     r"|Watchdog caught|ChildFailedError|ProcessExitedException|ProcessRaisedException"
     r"|SignalException|KeyboardInterrupt|SystemExit|Socket Timeout|DistStoreError"
     r"|wait timeout after|detected by watchdog|Terminating the process|NCCL communicator was aborted"
-    r"|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|NCCL error(?: in)?:"
+    r"|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
     r"|Detected mismatch between collectives|failed to pass monitoredBarrier|Address already in use"
     r"|cannot be retrieved|while trying to connect to|failed to connect to any network address",
     re.I,
@@ -96,8 +96,11 @@ class RankCrashed(Rule):
         frame = job.of_kind("exception").with_columns(
             pl.col("text").str.contains(f"(?i){CONSEQUENCE.pattern}").alias("consequence"))
         all_exceptions = job.decoded_rows(frame)
+        # NCCL's own errors ("NCCL error in: ..., unhandled system error") are the NCCL rules'
+        # (or the fallback's) to explain: the rank did not crash by itself.
         exceptions = [r for r in all_exceptions
-                      if not r["consequence"] and not launcher_side(r["data"].get("frame"))]
+                      if not r["consequence"] and not launcher_side(r["data"].get("frame"))
+                      and not NCCL_ERROR.search(r["text"])]
         failures = job.rows("elastic_failure")
         spawns = job.rows("spawn_failed")
         # Exceptions attributed to a rank, earliest first where clocks say so.
@@ -204,6 +207,8 @@ def _crash_exit(code: object) -> bool:
     signal native code raises (not the SIGKILL/SIGTERM of an OOM killer, launcher or scheduler)."""
     return isinstance(code, int) and (code > 0 or signal_name(code) in NATIVE_SIGNALS)
 
+
+NCCL_ERROR = re.compile(r"NCCL error(?: in)?:")
 
 #: Where the launcher's own code raises: torchelastic's agent and rendezvous, torchrun itself.
 LAUNCHER_CODE = re.compile(

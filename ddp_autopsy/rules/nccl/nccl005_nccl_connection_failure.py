@@ -64,8 +64,11 @@ class NcclConnectionFailure(Rule):
 
     def _system_error(self, job: Job) -> Iterator[Finding]:
         """A bare ncclSystemError, NCCL's own account of it not in the inputs."""
+        # Raised by a call (setting up, or the first collectives); the watchdog's asynchronous
+        # report of one during training is another story (a link or peer lost: NCCL004's).
         rows = [r for r in job.rows("nccl_error")
-                if "system error" in str(r["data"].get("estr", ""))] or [
+                if "system error" in str(r["data"].get("estr", "")) and "watchdog" not in r["text"]
+                ] or [
             # or only its return chain: a system error (2) in NCCL's socket or bootstrap code
             r for r in job.rows("nccl_error_trace") if r["data"].get("code") == 2
             and any(k in str(r["data"].get("file", "")) for k in ("socket", "bootstrap"))]
