@@ -130,8 +130,10 @@ def fill(db_url: str, n: int, seed: int = 0) -> float:
         if batch:
             conn.execute(t.incidents.insert(), batch)
         shared = [i for i in range(0, min(n, 1000), 7) if i % 10 != 9][:50]  # default's
-        conn.execute(t.shares.insert(), [{"incident_id": f"{i:020x}", "project": sh.PROJECT_B,
-                                          "created_at": now} for i in shared])
+        if shared:
+            conn.execute(t.shares.insert(), [{"incident_id": f"{i:020x}",
+                                              "project": sh.PROJECT_B, "created_at": now}
+                                             for i in shared])
         t.refresh_groups(conn)
         t.refresh_group_stats(conn)
     database.dispose()
