@@ -3,16 +3,25 @@
     python benchmarks/bench_analyze.py slurm --ranks 64 --size 2G       # generate, then measure
     python benchmarks/bench_analyze.py nccl-files --ranks 4096 --size 4G
     python benchmarks/bench_analyze.py --path benchmarks/out/slurm-64   # measure existing data
+    python benchmarks/bench_analyze.py --per-rank                       # issue #18's layouts
 
-For each input it reports, warm cache (every file is read once first):
+``--per-rank`` generates the one-file-per-rank layouts at 0.8 MB per rank (torchrun
+``--log-dir`` trees at 256 and 1024 ranks, an NCCL_DEBUG_FILE per process at 4096: 4.3 GB in
+all) and measures each; ``--per-rank --mb-per-rank 0.05 --runs 1`` is a quick check.
 
-- ``analyze``: wall time of ``python -m ddp_autopsy analyze PATH --format json`` in a fresh
-  process (the best of ``--runs``), its throughput and peak RSS;
+For each input it reports, warm cache (every file is read once first), the best of ``--runs``
+alternating runs of each tool, wall and CPU time (user + sys: other work on a shared machine
+inflates it far less than wall time):
+
+- ``analyze``: ``python -m ddp_autopsy analyze PATH --format json`` in a fresh process, its
+  throughput and peak RSS;
 - ``rg -c``: ripgrep counting the same candidate lines (the analyzer's needles and context
-  regexes) over the same files, and the ratio of the two times;
+  regexes, ``benchmarks/out/rg-patterns.txt``) over the same files, and the ratio of the times;
+- ``rg -c`` with six literals: reading and scanning alone, the floor of any tool that must
+  look at every byte, and the ratio to it;
 - whether the verdict names the culprit rank written by ``generate.py`` (``expected.json``).
 
-Results are printed as a Markdown table row and appended to ``benchmarks/out/results.jsonl``.
+Results are printed as Markdown table rows and appended to ``benchmarks/out/results.jsonl``.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from generate import LAYOUTS, OUT, generate, parse_size  # benchmarks/ is the script's dir
@@ -41,13 +51,38 @@ def warm(path: Path) -> int:
     return total
 
 
-def timed(cmd: list[str]) -> tuple[float, int, bytes]:
-    """Wall seconds, peak RSS (bytes) and stdout of one run of ``cmd``."""
+#: Reading and scanning alone: six literals, so ripgrep's SIMD search runs at memory speed.
+FLOOR_LITERALS = ("Error", "failed", "Exception", "Timeout", "Watchdog", "Traceback")
+
+
+@dataclass
+class Run:
+    seconds: float  # wall
+    cpu: float  # user + sys
+    rss: int  # peak, bytes
+    out: bytes
+
+
+def timed(cmd: list[str]) -> Run:
+    """Wall and CPU seconds, peak RSS and stdout of one run of ``cmd``."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     out = proc.stdout.read() if proc.stdout else b""
     _, _, usage = os.wait4(proc.pid, 0)
-    return time.perf_counter() - t0, usage.ru_maxrss * 1024, out
+    return Run(time.perf_counter() - t0, usage.ru_utime + usage.ru_stime,
+               usage.ru_maxrss * 1024, out)
+
+
+def best_of(cmds: dict[str, list[str]], runs: int) -> dict[str, Run]:
+    """Each command's fastest run (wall), the commands alternating: load on a shared machine
+    falls on all of them alike. CPU time is the least of the runs too."""
+    done: dict[str, list[Run]] = {name: [] for name in cmds}
+    for _ in range(runs):
+        for name, cmd in cmds.items():
+            done[name].append(timed(cmd))
+    return {name: Run(min(r.seconds for r in rs), min(r.cpu for r in rs),
+                      min(r.rss for r in rs), min(rs, key=lambda r: r.seconds).out)
+            for name, rs in done.items()}
 
 
 def patterns_file() -> Path:
@@ -68,25 +103,51 @@ def bench(path: Path, runs: int) -> dict:
     expected_path = path / "expected.json" if path.is_dir() else None
     expected = json.loads(expected_path.read_text()) if expected_path and expected_path.exists() \
         else {}
-    analyze = [sys.executable, "-m", "ddp_autopsy", "analyze", str(path), "--format", "json"]
-    best = min((timed(analyze) for _ in range(runs)), key=lambda r: r[0])
-    seconds, rss, out = best
-    verdict = (json.loads(out) if out else {}).get("verdict") or {}
+    cmds = {"analyze": [sys.executable, "-m", "ddp_autopsy", "analyze", str(path),
+                        "--format", "json"]}
+    rg = shutil.which("rg")
+    if rg:
+        base = [rg, "-c", "-a", "--no-ignore", "--hidden"]
+        cmds["rg"] = [*base, "-f", str(patterns_file()), str(path)]
+        cmds["floor"] = [*base, *(x for lit in FLOOR_LITERALS for x in ("-e", lit)), str(path)]
+    got = best_of(cmds, runs)
+    ours = got["analyze"]
+    verdict = (json.loads(ours.out) if ours.out else {}).get("verdict") or {}
+    files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else [path]
     row = {
         "input": str(path.resolve().relative_to(OUT) if path.resolve().is_relative_to(OUT)
                      else path),
-        "bytes": size, "seconds": round(seconds, 2),
-        "mb_per_s": round(size / seconds / 1e6), "peak_rss_mb": round(rss / 1e6),
+        "files": len(files), "bytes": size, "seconds": round(ours.seconds, 2),
+        "cpu_seconds": round(ours.cpu, 2), "mb_per_s": round(size / ours.seconds / 1e6),
+        "peak_rss_mb": round(ours.rss / 1e6),
         "verdict": verdict.get("cause"), "verdict_ranks": verdict.get("ranks"),
         "culprit_found": "culprit_rank" not in expected
         or verdict.get("ranks") == [expected["culprit_rank"]],
+        "runs": runs, "load_average": round(os.getloadavg()[0], 1),
     }
-    rg = shutil.which("rg")
-    if rg:
-        cmd = [rg, "-c", "-a", "--no-ignore", "--hidden", "-f", str(patterns_file()), str(path)]
-        rg_s = min(timed(cmd)[0] for _ in range(runs))
-        row.update(rg_seconds=round(rg_s, 2), ratio_to_rg=round(seconds / rg_s, 2))
+    for name in ("rg", "floor"):
+        if name in got:
+            row[f"{name}_seconds"] = round(got[name].seconds, 2)
+            row[f"{name}_cpu_seconds"] = round(got[name].cpu, 2)
+            row[f"ratio_to_{name}"] = round(ours.seconds / got[name].seconds, 2)
     return row
+
+
+#: Issue #18's one-file-per-rank layouts: (layout, ranks).
+PER_RANK = (("logdir", 256), ("logdir", 1024), ("nccl-files", 4096))
+HEADER = ("| input | files | size | analyze (wall / CPU) | peak RSS | rg -c same patterns "
+          "(wall / CPU) | ratio | rg -c six literals | ratio | culprit |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
+
+
+def table_row(row: dict) -> str:
+    def pair(name: str) -> str:
+        return f"{row[name + '_seconds']} s / {row[name + '_cpu_seconds']} s" \
+            if name + "_seconds" in row else "-"
+    return (f"| {row['input']} | {row['files']} | {row['bytes'] / 1e9:.2f} GB | "
+            f"{row['seconds']} s / {row['cpu_seconds']} s | {row['peak_rss_mb']} MB | "
+            f"{pair('rg')} | {row.get('ratio_to_rg', '-')}x | {pair('floor')} | "
+            f"{row.get('ratio_to_floor', '-')}x | {'yes' if row['culprit_found'] else 'NO'} |")
 
 
 def machine() -> str:
@@ -95,27 +156,41 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("layout", nargs="?", choices=sorted(LAYOUTS))
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--size", type=parse_size, default=parse_size("1G"))
-    ap.add_argument("--path", type=Path, help="measure this input instead of generating one")
+    ap.add_argument("--path", type=Path, action="append",
+                    help="measure this input instead of generating one (repeatable)")
+    ap.add_argument("--per-rank", action="store_true",
+                    help="generate and measure issue #18's one-file-per-rank layouts")
+    ap.add_argument("--mb-per-rank", type=float, default=0.8)
+    ap.add_argument("--out", type=Path, default=OUT, help="where inputs are generated")
     ap.add_argument("--runs", type=int, default=3)
-    args = ap.parse_args()
-    if args.path is None and args.layout is None:
-        ap.error("give a layout to generate, or --path")
-    path = args.path or generate(args.layout, args.ranks, args.size)
-    row = bench(path, args.runs)
-    row["machine"] = machine()
-    with (OUT / "results.jsonl").open("a") as fh:
-        fh.write(json.dumps(row) + "\n")
-    print(f"machine: {row['machine']}")
-    print("| input | size | analyze | throughput | peak RSS | rg -c | ratio | culprit |")
-    print("|---|---|---|---|---|---|---|---|")
-    print(f"| {row['input']} | {row['bytes'] / 1e9:.2f} GB | {row['seconds']} s | "
-          f"{row['mb_per_s']} MB/s | {row['peak_rss_mb']} MB | {row.get('rg_seconds', '-')} s | "
-          f"{row.get('ratio_to_rg', '-')}x | {'yes' if row['culprit_found'] else 'NO'} |")
+    args = ap.parse_args(argv)
+    if args.per_rank:
+        inputs = [generate(layout, ranks, int(ranks * args.mb_per_rank * 1e6),
+                           out=args.out / f"{layout}-{ranks}") for layout, ranks in PER_RANK]
+    elif args.path:
+        inputs = args.path
+    elif args.layout is not None:
+        inputs = [generate(args.layout, args.ranks, args.size,
+                           out=args.out / f"{args.layout}-{args.ranks}")]
+    else:
+        ap.error("give a layout to generate, --per-rank, or --path")
+    print(f"machine: {machine()}")
+    print(HEADER)
+    rows = []
+    for path in inputs:
+        row = bench(path, args.runs)
+        row["machine"] = machine()
+        OUT.mkdir(parents=True, exist_ok=True)
+        with (OUT / "results.jsonl").open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        print(table_row(row), flush=True)
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":

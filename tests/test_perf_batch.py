@@ -109,6 +109,16 @@ def test_every_way_out_of_the_batch_is_taken(inputs: Path) -> None:
     assert batched == {"latin1.log", "ansi.log", "crlf.log", "zlib-like.log", "blank.log"}
 
 
+def test_a_file_grown_since_listing_is_left_to_the_caller(tmp_path: Path) -> None:
+    path = tmp_path / "growing.log"
+    path.write_bytes(b"line 1\nline 2\n")
+    files = [(path, lambda: path.open("rb"), 7)]  # listed when it held one line
+    with events.Presifter(files, lambda head, key: True) as ahead:
+        assert ahead.take(path) is None
+    with events.Presifter([(path, lambda: path.open("rb"), 14)], lambda h, k: True) as ahead:
+        assert ahead.take(path) is not None
+
+
 def test_reader_stops_when_left_early(inputs: Path) -> None:
     files = [(p, lambda p=p: p.open("rb"), p.stat().st_size)
              for p in sorted(inputs.rglob("*.log"))]
