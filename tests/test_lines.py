@@ -6,7 +6,14 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddp_autopsy.analyzer.lines import NO_PREFIX, FilePrefix, detect_prefixes, parse_line, unbox
+from ddp_autopsy.analyzer.lines import (
+    NO_PREFIX,
+    FilePrefix,
+    detect_prefixes,
+    has_box,
+    parse_line,
+    unbox,
+)
 
 ALL = FilePrefix(pdsh=True, srun=True, bracket=True, pytest=7)
 
@@ -110,6 +117,12 @@ def test_pytest_prefix_decided_per_file() -> None:
     # Nor is a glog line or a word a marker.
     assert detect_prefixes(["E1218 20:27:21.426415 1 a.cpp:1] x"] * 3) == NO_PREFIX
     assert parse_line("Epoch 3", 2026, FilePrefix(pytest=7)).body == "Epoch 3"
+
+
+def test_blocks_with_a_box_side() -> None:
+    bar = "Map:  41%|████▏     | 4100/10000 [02:10<03:07, 31.4 ex/s] — done"  # E2 96 8x, E2 80 94
+    assert not has_box(bar.encode()) and not has_box(b"plain\n")
+    assert has_box(f"{bar}\n│ /a.py:3 in f │\n".encode())
 
 
 def test_empty_sample() -> None:
