@@ -182,6 +182,11 @@ def _explains(a: Finding, b: Finding) -> bool:
         # Every rank timed out inside a collective: all of them had joined; what never arrived
         # is the traffic the network dropped.
         return True
+    if a.cause == "network_error_runtime" and a.details.get("timed_out_from") \
+            and b.cause in ("collective_mismatch", "missing_ranks"):
+        # A node seen cut off (its listening port unreachable from the others): ranks stall
+        # wherever the dropped traffic left them, one collective apart, or never heard of.
+        return True
     ra, rb = set(a.ranks), set(b.ranks)
     if a.cause == "job_terminated" and b.cause == "rank_crashed":
         # The crashes that followed the signal are its consequence; an earlier one is not.
