@@ -6,7 +6,9 @@ a hung job: every rank issued ``ENTRIES`` collectives on the default group, exce
 skipped the last one. Then times, in fresh processes:
 
 * ``ddp-autopsy``: read every dump, build the frames, run the per-group analysis
-  (``collectives.analyze_frames``), in one process;
+  (``collectives.analyze_frames``), in one process (and a helper process that reads half of
+  the dumps, see ``analyzer/fr_reader.py``); with the native reader (``_frpickle``) when it is
+  built, and with ``--python-reader`` also without it (``DDP_AUTOPSY_FR_NATIVE=0``);
 * ``fr_trace``: ``python -m torch.distributed.flight_recorder.fr_trace DIR`` (needs torch).
 
 Both run in the same minute, one after the other, on the same files; each row reports the
@@ -17,6 +19,7 @@ on a shared machine inflates less), and the machine's load average before each r
     python benchmarks/bench_fr.py --ranks 1024 --entries 2000
     python benchmarks/bench_fr.py --ranks 4096 --entries 2000 --fr-trace-timeout 3600
     python benchmarks/bench_fr.py --ranks 1024 --no-fr-trace --breakdown 300   # ms per step
+    python benchmarks/bench_fr.py --python-reader   # also ours with Python's unpickler only
 
 Figures are in docs/performance.md (section "Flight Recorder").
 """
@@ -118,7 +121,10 @@ BREAKDOWN = r"""
 import gc, glob, json, statistics, sys, time
 from ddp_autopsy.analyzer import flight_recorder as fr
 paths = sorted(glob.glob(sys.argv[1] + "/nccl_trace_rank_*"))[: int(sys.argv[2])]
-steps = {"read file": [], "unpickle": [], "entries -> columns": [], "free": [], "total": []}
+native = fr.native_available()
+names = (["read file", "native parse", "runs (Python)", "frame (polars)"] if native else
+         ["read file", "unpickle", "entries -> columns", "free"])
+steps = {k: [] for k in [*names, "total"]}
 keep = []
 T = time.process_time_ns  # CPU time: other work on the machine does not inflate it
 for p in paths:
@@ -129,32 +135,45 @@ for p in paths:
     gc.disable()
     dump = fr.FRDump(source=p, rank=fr.dump_identity(p)[0], host=None, format="pickle",
                      status="ok")
-    obj = fr.unpickle_plain(data)
-    t2 = T()
-    fr._fill(dump, obj)
-    t3 = T()
-    del obj, data
+    if native:
+        parsed = fr._parse_native(data)
+        t2 = T()
+        runs, rows = fr._read_native(dump, parsed)
+        t3 = T()
+        fr._tabulate([(dump, runs, rows)])
+        del parsed, data
+    else:
+        obj = fr.unpickle_plain(data)
+        t2 = T()
+        fr._fill(dump, obj)
+        t3 = T()
+        del obj, data
     t4 = T()
     gc.enable()
     keep.append(dump)  # kept, as read_paths keeps them: their memory is new each time
-    for k, a, b in (("read file", t0, t1), ("unpickle", t1, t2), ("entries -> columns", t2, t3),
-                    ("free", t3, t4), ("total", t0, t4)):
+    for k, a, b in zip(names + ["total"], (t0, t1, t2, t3, t0), (t1, t2, t3, t4, t4)):
         steps[k].append((b - a) / 1e6)
 print(json.dumps({k: round(statistics.median(v), 2) for k, v in steps.items()}))
 """
 
 
-def run_breakdown(directory: Path, dumps: int) -> dict[str, Any]:
-    """Median CPU milliseconds per dump for each step of reading."""
+def _env(native: bool) -> dict[str, str]:
+    return {**os.environ, "DDP_AUTOPSY_FR_NATIVE": "1" if native else "0"}
+
+
+def run_breakdown(directory: Path, dumps: int, native: bool = True) -> dict[str, Any]:
+    """Median CPU milliseconds per dump for each step of reading (one dump at a time, so the
+    frame step is not batched as in ``read_paths``)."""
     out = subprocess.run([sys.executable, "-c", BREAKDOWN, str(directory), str(dumps)],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, check=True, env=_env(native))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_ours(directory: Path) -> dict[str, Any]:
+def run_ours(directory: Path, native: bool = True) -> dict[str, Any]:
+    """ddp-autopsy in a fresh process; ``native=False`` reads with Python's unpickler only."""
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", OURS, str(directory)],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, check=True, env=_env(native))
     res = json.loads(out.stdout.strip().splitlines()[-1])
     res["wall_s"] = time.perf_counter() - t
     return res
@@ -206,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fr-trace-max-gb", type=float, default=17)
     ap.add_argument("--breakdown", type=int, default=0, metavar="N",
                     help="also time each step of reading for the first N dumps (ms per dump)")
+    ap.add_argument("--python-reader", action="store_true",
+                    help="also run ddp-autopsy with Python's unpickler only (the reader before "
+                         "the native one), in the same run")
     args = ap.parse_args(argv)
     base = args.dir or Path(tempfile.mkdtemp(prefix="bench_fr_"))
     results = []
@@ -220,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
                                    "bytes": size, "generate_s": round(time.perf_counter() - t)}
             row["load_before"] = round(os.getloadavg()[0], 2)
             row["ours"] = run_ours(d)
+            if args.python_reader:
+                row["ours_python_reader"] = run_ours(d, native=False)
             if args.breakdown:
                 row["breakdown_ms"] = run_breakdown(d, args.breakdown)
+                if args.python_reader:
+                    row["breakdown_python_reader_ms"] = run_breakdown(d, args.breakdown, False)
             if not args.no_fr_trace:
                 row["load_before_fr_trace"] = round(os.getloadavg()[0], 2)
                 row["fr_trace"] = run_fr_trace(d, args.fr_trace_timeout, args.fr_trace_max_gb)

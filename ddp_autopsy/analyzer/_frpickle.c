@@ -64,6 +64,7 @@ typedef struct {
 #define NONE_NODE 0
 #define TRUE_NODE 1
 #define FALSE_NODE 2
+#define SMALL_INT 3 /* nodes 3..258: the ints 0..255 */
 #define BAIL (-1)
 
 static int grow(void **arr, uint64_t *cap, uint64_t need, size_t size) {
@@ -90,15 +91,18 @@ static int grow32(void **arr, uint32_t *cap, uint64_t need, size_t size) {
 /* Beyond this many nodes (a 20,000-entry dump has ~400,000) Python's unpickler reads it. */
 #define MAX_NODES (8u << 20)
 
-static int64_t new_node(P *p, uint8_t kind) {
-    if (p->nn == p->ncap) {
-        uint32_t c = p->ncap ? p->ncap * 2 : 1024;
-        if (c > MAX_NODES) return BAIL;
-        Node *a = realloc(p->nodes, (size_t)c * sizeof(Node));
-        if (!a) return BAIL;
-        p->nodes = a;
-        p->ncap = c;
-    }
+static int64_t grow_nodes(P *p) {
+    uint32_t c = p->ncap ? p->ncap * 2 : 1024;
+    if (c > MAX_NODES) return BAIL;
+    Node *a = realloc(p->nodes, (size_t)c * sizeof(Node));
+    if (!a) return BAIL;
+    p->nodes = a;
+    p->ncap = c;
+    return 0;
+}
+
+static inline int64_t new_node(P *p, uint8_t kind) {
+    if (p->nn == p->ncap && grow_nodes(p)) return BAIL;
     Node *nd = &p->nodes[p->nn];
     nd->kind = kind;
     nd->checked = 0;
@@ -194,6 +198,12 @@ static int64_t str_node(P *p, Py_ssize_t pos, Py_ssize_t len) {
     return c;
 }
 
+static int64_t int_node_only(P *p, int64_t v) {
+    int64_t c = new_node(p, K_INT);
+    if (c >= 0) p->nodes[c].u.i = v;
+    return c;
+}
+
 static int64_t int_node(P *p, int64_t v) {
     int64_t c = new_node(p, K_INT);
     if (c >= 0) p->nodes[c].u.i = v;
@@ -235,6 +245,7 @@ static int64_t run(P *p) {
     Py_ssize_t pos = 0;
     uint32_t *stack = p->stack;
     uint32_t sp = 0;
+    uint32_t *memo = p->memo, memocap = p->memocap;
     for (;;) {
         NEED(1);
         uint8_t op = d[pos++];
@@ -250,8 +261,8 @@ static int64_t run(P *p) {
                 idx = (uint32_t)le_int(d + pos, 4);
                 pos += 4;
             }
-            if (idx >= p->memocap || p->memo[idx] == UNSET) return BAIL;
-            PUSH(p->memo[idx]);
+            if (idx >= memocap || memo[idx] == UNSET) return BAIL;
+            PUSH(memo[idx]);
             break;
         }
         case 'q': /* BINPUT */
@@ -273,6 +284,8 @@ static int64_t run(P *p) {
             if (op == 0x94) p->used_memoize = 1; else p->used_put = 1;
             SYNC();
             if (memo_put(p, idx)) return BAIL;
+            memo = p->memo;
+            memocap = p->memocap;
             break;
         }
         case 0x80: /* PROTO */
@@ -312,9 +325,9 @@ static int64_t run(P *p) {
         case 0x89:
             PUSH(FALSE_NODE);
             break;
-        case 'K':
+        case 'K': /* small ints share their nodes (ints are immutable) */
             NEED(1);
-            PUSH_NEW(int_node(p, d[pos]));
+            PUSH(SMALL_INT + d[pos]);
             pos += 1;
             break;
         case 'M':
@@ -579,8 +592,10 @@ static int eq(P *p, uint32_t a, uint32_t b) {
     case K_LIST:
     case K_TUPLE:
         if (x->len != y->len) return 0;
-        for (uint32_t j = 0; j < x->len; j++)
-            if (!eq(p, p->kids[x->u.off + j], p->kids[y->u.off + j])) return 0;
+        for (uint32_t j = 0; j < x->len; j++) {
+            uint32_t ka = p->kids[x->u.off + j], kb = p->kids[y->u.off + j];
+            if (ka != kb && !eq(p, ka, kb)) return 0;
+        }
         return 1;
     case K_DICT: {
         if (distinct_keys(p, x) != distinct_keys(p, y)) return 0;
@@ -797,7 +812,8 @@ static PyObject *runs(P *p, const uint32_t *v, const uint32_t *v2, uint32_t n, i
     change[0] = 1;
     for (uint32_t i = 1; i < n; i++) {
         const uint32_t *a = v + (size_t)i * stride, *b = v + (size_t)(i - 1) * stride;
-        int same = eq(p, *a, *b) && (!v2 || eq(p, v2[(size_t)i * stride], v2[(size_t)(i - 1) * stride]));
+        int same = (*a == *b || eq(p, *a, *b)) &&
+                   (!v2 || eq(p, v2[(size_t)i * stride], v2[(size_t)(i - 1) * stride]));
         change[i] = !same;
         count += !same;
         if (p->budget < 0) {
@@ -1026,6 +1042,8 @@ static PyObject *parse(PyObject *self, PyObject *arg) {
     /* the singletons None, True, False */
     if (new_node(&p, K_NONE) < 0 || new_node(&p, K_TRUE) < 0 || new_node(&p, K_FALSE) < 0)
         goto bail;
+    for (int v = 0; v < 256; v++)
+        if (int_node_only(&p, v) < 0) goto bail;
     int64_t top = run(&p);
     if (p.bad_memo) {
         /* Python's unpickler would allocate 16 bytes per index up to it (and can bring in the
