@@ -23,7 +23,7 @@ MAX_ENV_VALUES = 6
 MAX_ACTIONS = 200
 GRID_FOLD_ABOVE = 8192  # ranks; beyond, uniform rows of the grid are folded into bars
 TIMELINE_MAX_LANES = 32
-TIMELINE_MAX_MARKS = 3000
+TIMELINE_MAX_MARKS = 1500  # marks drawn (each zoom step moves every one)
 CODE_NOWRAP = 32  # characters: shorter code spans do not wrap
 
 
