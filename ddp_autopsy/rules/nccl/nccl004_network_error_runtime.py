@@ -149,15 +149,27 @@ class NetworkErrorRuntime(Rule):
                if r["rank"] is not None and (r["data"].get("frame") or {}).get("func")}
         if len(ops) > 1:
             return  # ranks in different collectives (COLL012)
+        ranked = job.active_events.filter(pl.col("rank").is_not_null())
+        by_source: dict[str, set[int]] = {}
+        for source, rank in ranked.select("source", "rank").iter_rows():
+            by_source.setdefault(source, set()).add(rank)
         sources = {r["source"] for r in silent}
-        near = {r["rank"] for r in job.active_events.filter(pl.col("source").is_in(sources)
-                                                              & pl.col("rank").is_not_null())
-                .iter_rows(named=True)}
-        mine = sorted(near) if near and near != ranks else []
-        who = f"the node of ranks {', '.join(map(str, mine))}" if mine else "a node"
+        others = set(by_source) - sources
+        near = set().union(*(by_source.get(s, set()) for s in sources))
+        if len(sources) >= 2 and len(others) == 1:
+            # Every other node's launcher lost the store: the master's node is the one cut off.
+            mine = sorted(by_source[others.pop()])
+            summary = (f"Every rank timed out in the same collective while the launchers of "
+                       f"{len(sources)} nodes got no answer from the rendezvous store: the node "
+                       f"of ranks {', '.join(map(str, mine))}, which hosts it, was cut off from "
+                       "the network mid-training (a firewall rule, a link or switch port down).")
+        else:
+            mine = sorted(near) if near and near != ranks else []
+            who = f"the node of ranks {', '.join(map(str, mine))}" if mine else "a node"
+            summary = (f"Every rank timed out in the same collective while {who} got no answer "
+                       "from the rendezvous store: the network between that node and the master "
+                       "stopped carrying packets mid-training (a firewall rule, a link or switch "
+                       "port down).")
         yield self.from_rows(
-            silent, f"Every rank timed out in the same collective while {who} got no answer "
-            "from the rendezvous store: the network between that node and the master stopped "
-            "carrying packets mid-training (a firewall rule, a link or switch port down).",
-            shown=2, ranks=mine, confidence=0.45,
+            silent, summary, shown=2, ranks=mine, confidence=0.45,
             details={"timed_out": sorted(ranks), "collective": sorted(ops)})
