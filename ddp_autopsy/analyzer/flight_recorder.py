@@ -38,6 +38,13 @@ finished (successfully or not), keeps ``pg_status`` current, records no p2p entr
 ``find_class`` refuses every class and function (a dump is only dicts, lists, tuples, strings,
 numbers, booleans and None), so a hostile file can fail to load but never runs code.
 
+**Speed.** A pickle goes first to the native reader (``_frpickle.c``, built at install when a C
+compiler is there): it runs the opcodes on nodes of its own and returns the entries as columns,
+without a Python object per entry (Int64 fields reach polars as one buffer, structured fields as
+runs of equal neighbours). It reads only plain data of the usual shape and leaves anything else
+to the restricted unpickler, so every dump reads as that unpickler path reads it
+(``tests/test_fr_native.py``); ``DDP_AUTOPSY_FR_NATIVE=0`` turns it off.
+
 **Naming.** torch writes ``<prefix><global rank>`` (``nccl_trace_rank_3``,
 ``comm_lib_trace_rank_3``); people and tools also use ``<host>_rank3``, ``trace-node7-3.json``,
 ``rank3.pkl``. :func:`dump_identity` takes the rank from the trailing number and a host from

@@ -1,7 +1,8 @@
 """Reading many Flight Recorder dumps on two cores.
 
-Unpickling a dump holds the GIL (1,024 ranks × 2,000 entries: ~6 ms a dump, ~6 s in all), so
-a second core helps only from a second process. :func:`read_files` starts one helper process
+Reading a dump holds the GIL (2,000 entries: ~1.5–3 ms with the native reader, ~6 ms with
+Python's unpickler; 1,024 ranks: ~2–6 s in all), so a second core helps only from a second
+process. :func:`read_files` starts one helper process
 (``python -m ddp_autopsy.analyzer.fr_reader DIR``, not ``multiprocessing``: nothing of the
 caller's ``__main__`` is imported again) when there are enough dumps and a second core. Both
 take dumps from a shared list, the caller from the front and the helper from the back, so the
