@@ -119,12 +119,18 @@ def test_a_file_grown_since_listing_is_left_to_the_caller(tmp_path: Path) -> Non
         assert ahead.take(path) is not None
 
 
-def test_reader_stops_when_left_early(inputs: Path) -> None:
+def test_batches_not_started_are_cancelled_when_left_early(inputs: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(events, "BATCH_BYTES", 1)  # a batch per file
     files = [(p, lambda p=p: p.open("rb"), p.stat().st_size)
              for p in sorted(inputs.rglob("*.log"))]
+    assert len(files) > 10
     with events.Presifter(files, lambda head, key: True) as ahead:
         assert ahead.take(files[0][0]) is not None
-    assert ahead._thread is not None and not ahead._thread.is_alive()
+        assert len(ahead._running) == events.AHEAD + 1  # no more read ahead than that
+        running = [fut for _, fut in ahead._running]
+    assert not ahead._running and not ahead._batches
+    assert all(fut.cancelled() or fut.done() for fut in running)
 
 
 def test_latin1_batch_is_noted_per_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -695,12 +695,13 @@ Sifted = tuple[int, _Sifted]
 #: Files up to this size are read whole and sifted together, many to a polars pass: each polars
 #: call costs a fixed ~0.2 ms, and a file sifted alone makes several.
 SMALL_FILE = BLOCK_BYTES
-#: A batch is sifted once it holds this many bytes or files (1 MB: 4 MB batches took 40 MB
-#: more at peak, for no CPU time saved).
-BATCH_BYTES = 1 << 20
+#: A batch is sifted once it holds this many bytes or files. What is in flight is peak memory:
+#: 256 KB batches, one queued, kept the peak of 256 files of 0.8 MB at that of reading them one
+#: by one (111 MB; 4 MB batches five ahead: 170 MB), for the same CPU time.
+BATCH_BYTES = 256 << 10
 BATCH_FILES = 512
-#: Batches read and sifted ahead of the classification: one per core.
-AHEAD = WORKERS
+#: Batches read and sifted ahead of the one the caller waits for.
+AHEAD = 1
 #: The lines that make ``lines.detect`` look further than its one regex (a file without any
 #: among its first SAMPLE_LINES lines has no prefixes).
 _PREFIXED = pl.col("text").str.contains(ANY_PREFIX) & (pl.col("text").str.len_bytes() > 0)
@@ -775,110 +776,87 @@ def _utf8(data: bytes) -> bool:
 
 
 class Presifter:
-    """Small files read ahead on a thread and sifted many to a batch on the pool (both cores),
-    handed to :func:`scan_text` one by one in the order given.
+    """Small files read and sifted many to a batch on the pool (both cores: reads and polars
+    release the GIL), ahead of the caller, handed to :func:`scan_text` one by one in order.
 
     ``files``: (key, opener, size) of files on disk. A file is read whole when it is at most
-    SMALL_FILE bytes, ends with a newline, holds no NUL byte and no byte-order mark, and
-    ``accept(head, key)`` (its first 64 KiB) says it is text; for any other, and any file that
-    could not be read, :meth:`take` answers None: the caller reads it as before (and notes what
-    it notes). Use as a context manager: leaving stops the reader."""
+    SMALL_FILE bytes, ends with a newline, holds no NUL byte and no byte-order mark, has not
+    grown since it was listed, and ``accept(head, key)`` (its first 64 KiB) says it is text; for
+    any other, and any file that could not be read, :meth:`take` answers None: the caller reads
+    it as before (and notes what it notes). Each batch is read by the pool thread that sifts
+    it (a reader thread of its own kept a malloc arena of its own: +10 MB at peak). Use as a
+    context manager: leaving cancels the batches not started."""
 
     def __init__(self, files: list[tuple[Any, Callable[[], IO[bytes]], int | None]],
                  accept: Callable[[bytes, Any], bool]) -> None:
-        self._files = [f for f in files if f[2] is not None and 0 < f[2] <= SMALL_FILE]
-        self._wanted = {id(f[0]) for f in self._files}
+        small = [(k, o, n) for k, o, n in files if n is not None and 0 < n <= SMALL_FILE]
+        self._wanted = {id(f[0]) for f in small}
         self._accept = accept
-        self._queue: queue.Queue[tuple[list[Any], Future[list[_Sifted]] | None]] = \
-            queue.Queue(AHEAD)
+        self._batches: deque[list[tuple[Any, Callable[[], IO[bytes]], int]]] = deque()
+        size = BATCH_BYTES
+        for f in small:  # batches by listed size: nothing is read here
+            if size >= BATCH_BYTES or len(self._batches[-1]) >= BATCH_FILES:
+                self._batches.append([])
+                size = 0
+            self._batches[-1].append(f)
+            size += f[2]
+        self._running: deque[tuple[list[Any], Future[list[Sifted | None]]]] = deque()
         self._ready: dict[int, Sifted | None] = {}
-        self._stop = threading.Event()
-        self._done = False
-        self._thread: threading.Thread | None = None
-        if self._files:
-            self._thread = threading.Thread(target=self._produce, name="ddp-autopsy-presift",
-                                            daemon=True)
-            self._thread.start()
+        self._more()
 
     def __enter__(self) -> Presifter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        for _, fut in self._running:
+            fut.cancel()
+        self._running.clear()
+        self._batches.clear()
+
+    def _more(self) -> None:
+        while self._batches and len(self._running) <= AHEAD:
+            batch = self._batches.popleft()
+            self._running.append(([k for k, _, _ in batch],
+                                  _the_pool().submit(_read_and_sift, batch, self._accept)))
 
     def take(self, key: Any) -> Sifted | None:
         """``key``'s file sifted, or None when the caller must read it itself."""
         if id(key) not in self._wanted:
             return None
         while id(key) not in self._ready:
-            if self._done:
+            if not self._running:
                 return None
-            keys, fut = self._queue.get()
-            if fut is None and not keys:  # the reader's end
-                self._done = True
-                continue
+            keys, fut = self._running.popleft()
             try:
-                results = fut.result() if fut is not None else [None] * len(keys)
+                results = fut.result()
             except Exception:  # a batch that failed is read again, file by file, by the caller
                 results = [None] * len(keys)
             self._ready.update(zip(map(id, keys), results, strict=True))
+            self._more()
         return self._ready.pop(id(key))
 
-    def _put(self, keys: list[Any], fut: Future[list[_Sifted]] | None) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put((keys, fut), timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
 
-    def _read(self, key: Any, opener: Callable[[], IO[bytes]], size: int) -> bytes | None:
-        try:
-            with opener() as fh:
-                data = fh.read(size + 1)  # not SMALL_FILE + 1: read() allocates that first
-        except READ_ERRORS:
-            return None
-        # More than listed: a file still being written, read by the caller as it is now.
-        if len(data) > size or not data.endswith(b"\n") or b"\x00" in data \
-                or data.startswith((codecs.BOM_UTF8, b"\xff\xfe", b"\xfe\xff")):
-            return None
-        return data if self._accept(data[:65536], key) else None
-
-    def _produce(self) -> None:
-        pool = _the_pool()
-        keys: list[Any] = []
-        datas: list[bytes] = []
-        size = 0
-        try:
-            for key, opener, listed in self._files:
-                if self._stop.is_set():
-                    return
-                data = self._read(key, opener, listed)
-                if data is None:
-                    if not self._put([key], None):
-                        return
-                    continue
-                keys.append(key)
-                datas.append(data)
-                size += len(data)
-                if size >= BATCH_BYTES or len(datas) >= BATCH_FILES:
-                    if not self._put(keys, pool.submit(_batch_sizes, datas)):
-                        return
-                    keys, datas, size = [], [], 0
-            if datas:
-                self._put(keys, pool.submit(_batch_sizes, datas))
-                keys = []
-        finally:  # the files not handed over (an error) are read by the caller
-            if keys:
-                self._put(keys, None)
-            self._put([], None)
+def _read_small(key: Any, opener: Callable[[], IO[bytes]], size: int,
+                accept: Callable[[bytes, Any], bool]) -> bytes | None:
+    """A file of ``size`` listed bytes, whole, if a batch can read it as it is read alone."""
+    try:
+        with opener() as fh:
+            data = fh.read(size + 1)  # not SMALL_FILE + 1: read() allocates that first
+    except READ_ERRORS:
+        return None
+    # More than listed: a file still being written, read by the caller as it is now.
+    if len(data) > size or not data.endswith(b"\n") or b"\x00" in data \
+            or data.startswith((codecs.BOM_UTF8, b"\xff\xfe", b"\xfe\xff")):
+        return None
+    return data if accept(data[:65536], key) else None
 
 
-def _batch_sizes(datas: list[bytes]) -> list[Sifted]:
-    return list(zip(map(len, datas), _sift_batch(datas), strict=True))
+def _read_and_sift(batch: list[tuple[Any, Callable[[], IO[bytes]], int]],
+                   accept: Callable[[bytes, Any], bool]) -> list[Sifted | None]:
+    datas = [_read_small(key, opener, size, accept) for key, opener, size in batch]
+    read = [d for d in datas if d is not None]
+    sifted = iter(zip(map(len, read), _sift_batch(read), strict=True)) if read else iter(())
+    return [None if d is None else next(sifted) for d in datas]
 
 
 def scan_text(
