@@ -12,6 +12,7 @@ from ddp_autopsy.collectors import (
     find_jobs,
     job_for_pid,
     jobs,
+    procs,
     pyspy,
 )
 
@@ -79,3 +80,30 @@ def test_spawn_index_is_read_only_from_torchs_wrap_frame() -> None:
     assert pyspy.spawn_index_from_dump(doc("_wrap", "/job/mine.py", "3")) is None
     assert pyspy.spawn_index_from_dump(doc("_wrap", wrap, "<unavailable>")) is None
     assert pyspy.spawn_index_from_dump({"not": "a dump"}) is None
+
+
+def _snap(pid: int, ppid: int, cmdline: list[str], env: dict[str, str] | None = None
+          ) -> procs.ProcSnapshot:
+    return procs.ProcSnapshot(pid=pid, ppid=ppid, comm="python3", cmdline=tuple(cmdline),
+                              exe="/usr/bin/python3.11", start_time=None, environ=env or {},
+                              state="S")
+
+
+def test_a_launcher_of_ranks_does_not_swallow_a_torchrun_it_also_started() -> None:
+    """A Python process (pytest, a driver script) that started a torchrun job and, separately,
+    a rank of its own: two jobs, not one (a CI run once merged them under pytest's pid)."""
+    rank = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "29511"}
+    table = {s.pid: s for s in [
+        _snap(100, 1, ["python3", "-m", "pytest"]),
+        _snap(200, 100, ["python3", "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                         "train.py"]),
+        _snap(201, 200, ["python3", "train.py"], {**rank, "MASTER_PORT": "29500"}),
+        _snap(202, 200, ["python3", "train.py"], {**rank, "RANK": "1", "LOCAL_RANK": "1",
+                                                   "MASTER_PORT": "29500"}),
+        _snap(300, 100, ["python3", "rank.py"], rank),
+    ]}
+    torchrun = job_for_pid(201, dict(table))
+    assert (torchrun.launcher_pid, sorted(torchrun.pids)) == (200, [200, 201, 202])
+    found = {j.launcher_pid: sorted(j.pids) for j in find_jobs(dict(table))}
+    assert found[200] == [200, 201, 202]
+    assert not {200, 201, 202} & set(found.get(100, []))

@@ -136,11 +136,14 @@ def _torch_loaded(pid: int) -> bool:
 def job_root(table: dict[int, ProcSnapshot], pid: int) -> int:
     """Walk up from ``pid`` while the parent is still part of the job: an agent, a rank (we are
     below it), an mp.spawn child, or a Python launcher with rank / spawn children. Stops at the
-    first parent that is none of these (a shell, srun's slurmstepd, pytest …)."""
+    first parent that is none of these (a shell, srun's slurmstepd, pytest …), and at a torchrun
+    agent (the top of its job, even when a Python program that launches ranks started it)."""
     children = procs.children_map(table)
     cur = pid
     seen = {cur}
     while True:
+        if cur in table and is_agent(table[cur].cmdline):
+            return cur  # torchrun is the top of its job, whatever started it (a script, pytest)
         parent = table.get(table[cur].ppid) if cur in table else None
         if parent is None or parent.pid <= 1 or parent.pid in seen or not parent.is_python:
             return cur
@@ -191,7 +194,11 @@ def _classify(table: dict[int, ProcSnapshot], children: dict[int, list[int]],
             spawn_index_source="pid order" if role == "worker" and pid in spawn_index else None,
             worker_pid=worker_above))
         below = pid if role == "worker" else worker_above
-        stack.extend((c, below, role) for c in reversed(children.get(pid, [])) if c in table)
+        # A launcher of ranks (a script calling mp.spawn, pytest) may also have started a
+        # torchrun: that agent's tree is a job of its own.
+        stack.extend((c, below, role) for c in reversed(children.get(pid, [])) if c in table
+                     and (role in ("agent", "worker") or worker_above is not None
+                          or not is_agent(table[c].cmdline)))
     return members
 
 
