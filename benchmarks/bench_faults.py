@@ -123,7 +123,8 @@ def write_doc(results: dict[str, dict]) -> dict[str, int]:
         "verdict names exactly that rank (node-level faults: only ranks or hosts of that node; "
         "blocked port: the cause suffices); a frozen rank (SIGSTOP, GIL) whose state is "
         "`crashed` is wrong. **Seconds**: from the fault (the culprit's `FAULT_INJECT` line, the "
-        "link drop, or the launch for start-up faults) to the verdict.",
+        "link drop, or the launch for start-up faults) to the verdict; a cell judged again "
+        "after a fix (`--rejudge`: its kept evidence, today's analysis) keeps its run's seconds.",
         "",
         "**Limits of the harness.** In `logs` mode a launcher that never gives up is read once "
         "its logs, not empty, grew no more for 10 s (at least 25 s after the fault; 60 s after "
