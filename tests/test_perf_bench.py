@@ -34,6 +34,7 @@ def test_tiny_benchmark_finds_the_culprit(bench_analyze, tmp_path: Path,
     assert row["files"] == ranks + 1  # and expected.json
     assert row["cpu_seconds"] > 0 and row["seconds"] > 0
     if shutil.which("rg"):
-        assert row["rg_seconds"] > 0 and row["floor_seconds"] > 0
+        # Times are rounded to 10 ms (ripgrep's can round to 0 here), ratios are not.
+        assert row["rg_seconds"] >= 0 and row["floor_seconds"] >= 0
         assert row["ratio_to_rg"] > 0 and row["ratio_to_floor"] > 0
     assert (tmp_path / "results.jsonl").read_text().count("\n") == 1
