@@ -146,6 +146,8 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      {"seq": 44, "op": "ALLGATHER", "timeout_ms": 600000}),  # NCCL_BLOCKING_WAIT=1
     ("unused_parameters", "Parameter indices which did not receive grad: 197 198",
      {"params": "197 198"}),
+    ("closing_signal", "Unable to shutdown process 4797 via 15, forcefully exiting via 9",
+     {"pid": 4797, "signal": "SIGKILL"}),  # Python 3.11+: the enum prints as its number
     ("worker_group_failed", "[2021-05-21 23:18:16,220] api: [default] Worker group FAILED. 3/3 "
      "attempts left; will restart worker group", {"left": 3}),
     ("watchdog_summary", "[rank3]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 3] Timeout at NCCL "

@@ -9,6 +9,7 @@ ProcessGroupNCCL, NCCL); the ``M..`` tags below refer to that catalog.
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,16 @@ class Pattern:
 
 
 _NUMBERED = re.compile(r"^(?P<base>[a-z_]+?)(?P<n>[2-9])$")
+
+
+def signal_name(value: str) -> str:
+    """A signal as its name: "9" and "SIGKILL" are both "SIGKILL" (unknown numbers kept)."""
+    if value.isdigit():
+        try:
+            return signal.Signals(int(value)).name
+        except ValueError:
+            return value
+    return value
 
 
 def _p(kind: str, needles: str | tuple[str, ...], regex: str,
@@ -576,13 +587,15 @@ PATTERNS: tuple[Pattern, ...] = (
         # torch.multiprocessing (spawn) tearing the other children down after one failed
         r"|Terminating process (?P<pid3>\d+) via signal) (?P<signal>SIG\w+)"
         # both, escalating: "Unable to shutdown process 5 via SIGTERM, forcefully exiting via
-        # SIGKILL" (torchelastic prints the Signals enum: "via Signals.SIGTERM, ...")
+        # SIGKILL" (torchelastic prints the Signals enum: "via Signals.SIGTERM, ...", and under
+        # Python 3.11+ its number: "via 15, forcefully exiting via 9")
         r"|Unable to shutdown process (?P<pid4>\d+) via \S+ ?, forcefully exiting via "
-        r"(?:Signals\.)?(?P<signal2>SIG\w+)",
+        r"(?:Signals\.)?(?P<signal2>SIG\w+|\d+)",
         pid=int,
         pid2=int,
         pid3=int,
         pid4=int,
+        signal=signal_name,
     ),
     # torchelastic restarting: "[default] Worker group FAILED. 3/3 attempts left; will restart
     # worker group" (the workers' own failures are reported elsewhere).
