@@ -37,7 +37,10 @@ SAMPLE = [
     ("sigkill", "last", "logs", "2x2"),
     ("sigstop", "node2", "live", "2x2"),
     ("exception", "rank1", "logs", "2x2"),
-    ("link_drop", "node2", "logs", "2x2"),
+    # live, not logs: in logs mode the harness reads the consoles once they are quiet for 10 s,
+    # and whether the cut-off node's agent has logged its failed store reads by then decides
+    # the verdict (a race of the harness, not of the tool; docs/faults.md keeps that cell)
+    ("link_drop", "node2", "live", "2x2"),
     ("skip_collective", "middle", "logs", "2x2"),
 ]
 # Cells the tool got wrong when last measured (docs/faults.md), as non-strict xfails: a real
