@@ -27,7 +27,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
+
+import ddp_autopsy
 
 httpx = pytest.importorskip("httpx", reason="the server extra is not installed "
                                              "(pip install -e '.[server]')")
@@ -178,6 +181,8 @@ def uploaded(server: sh.Server, hung: dict[str, Path]) -> dict[str, dict[str, An
             "--server", server.url, "--token", sh.TOKEN, "--format", "json")
     assert r.returncode == 0, r.stderr
     answers = json.loads(r.stdout)
+    jsonschema.validate(answers, json.loads(
+        (Path(ddp_autopsy.__file__).parent / "schemas" / "upload.schema.json").read_text()))
     out = {}
     for key, answer in zip(["eval_a", "loader", "eval_b"], answers, strict=True):
         out[key] = {**answer, "incident_json": server.wait_analysed(answer["incident"])}
