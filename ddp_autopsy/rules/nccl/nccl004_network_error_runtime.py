@@ -13,6 +13,12 @@ would mean nothing listens); with three nodes or more, a master that no other no
 the node cut off. With two nodes the side cannot be told: the node that fails to connect is
 named.
 
+From logs alone, with none of these lines: every rank of the job timed out in the same
+collective (watchdog or Gloo timeouts from all of them, at one sequence number or in one
+`torch.distributed` call) and none failed by itself. All reached it and no data moved, so the
+link between them (or the transport) is reported, at a low confidence; a rank that did not time
+out is COLL012's silent rank instead.
+
 ## Why it hangs or kills the job
 A collective in flight loses its connection; NCCL reports ncclRemoteError or ncclSystemError and
 the watchdog takes the process down, and the others follow.
@@ -44,8 +50,9 @@ from collections.abc import Iterator
 import polars as pl
 
 from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.bundle_layout import NETWORK_PROBES
-from ddp_autopsy.rules.base import Evidence, Finding, Rule
+from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
 IB_STATUS = {4: "IBV_WC_LOC_PROT_ERR", 5: "IBV_WC_WR_FLUSH_ERR", 10: "IBV_WC_REM_ACCESS_ERR",
@@ -62,8 +69,8 @@ class NetworkErrorRuntime(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("network_error")
         if not rows:
-            yield from self._cut_off(job)
-            yield from self._store_silent(job)
+            found = [*self._cut_off(job), *self._store_silent(job)]
+            yield from found or self._all_stalled(job)
             return
         peers = sorted({r["data"]["peer"] for r in rows if r["data"].get("peer")})
         statuses = sorted({r["data"]["status"] for r in rows
@@ -173,3 +180,30 @@ class NetworkErrorRuntime(Rule):
         yield self.from_rows(
             silent, summary, shown=2, ranks=mine, confidence=0.45,
             details={"timed_out": sorted(ranks), "collective": sorted(ops)})
+
+    def _all_stalled(self, job: Job) -> Iterator[Finding]:
+        """Every rank of the job timed out in the same collective, none failed by itself: they
+        all reached it and no data moved between them. With no other line to tell, the link
+        between them (or the transport) is the likely story, at a low confidence."""
+        hang = job.rows(*kinds_tagged("hang"))
+        ranks = {r["rank"] for r in hang if r["rank"] is not None}
+        world = job.world_size or (max(ranks) + 1 if ranks else 0)
+        if world < 2 or ranks != set(range(world)) or job.rows("oom"):
+            return
+        raised = [r for r in job.rows("exception") if not CONSEQUENCE.search(r["text"])]
+        if raised:
+            return  # a rank's own error is the story
+        where = {(r["data"].get("op"), r["data"].get("seq")) for r in hang
+                 if r["kind"] == "watchdog_timeout"}
+        funcs = {(r["data"].get("frame") or {}).get("func") for r in job.rows("exception")
+                 if r["rank"] in ranks} - {None}
+        if len(where) > 1 or len(funcs) > 1:
+            return  # not the same collective: a mismatch, not a stall
+        what = next(iter(funcs), None) or next((op for op, _ in where if op), "the same collective")
+        hosts = sorted({r["host"] for r in hang if r.get("host")})
+        yield self.from_rows(
+            hang, f"Every rank ({rank_phrase(sorted(ranks))}) timed out in {what}: all of them "
+            "reached it and none could complete it, so no data moved between them. With no "
+            "rank failing or missing, the likely cause is the network between them (a link or "
+            "switch port down, a firewall rule) or the transport stalling.", shown=3, ranks=(),
+            hosts=hosts, confidence=0.4, details={"ranks": sorted(ranks), "collective": what})
