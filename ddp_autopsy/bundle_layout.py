@@ -13,6 +13,9 @@ only for bundles that predate a pointer.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 SCHEMA = "ddp-autopsy/bundle/1"
 #: Manifests whose ``schema`` starts with this are bundles (any version of the layout).
 SCHEMA_PREFIX = "ddp-autopsy/bundle/"
@@ -47,3 +50,15 @@ def log_copy(source: str) -> str:
 def deleted_log(pid: int, fd: int, name: str) -> str:
     """A log a process still holds open after it was deleted."""
     return f"{LOGS}/deleted/{pid}-fd{fd}-{name}"
+
+
+def manifest_processes(manifest: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The manifest's process entries that have a pid, with mp.spawn children's rank filled in
+    from their spawn index (they carry no RANK: the index is the rank by convention)."""
+    for proc in manifest.get("processes") or []:
+        if not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
+            continue
+        if proc.get("rank") is None and proc.get("role") == "worker" \
+                and isinstance(proc.get("spawn_index"), int):
+            proc = {**proc, "rank": proc["spawn_index"], "rank_cue": "mp.spawn process index"}
+        yield proc

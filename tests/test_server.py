@@ -442,10 +442,9 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
-@HUNG
-def test_pages_in_chromium(backend: Backend, server: sh.Server,
-                           uploaded: dict[str, dict[str, Any]], probe: dict[str, Any]) -> None:
-    """List, filters, an incident (its post-mortem in the frame), a group; markup stays text."""
+def browser_api(backend: Backend) -> Any:
+    """Playwright's sync API for a page test, which runs once (on sqlite-dir): skipped, and
+    said why, on the other backends and without Playwright or Chromium."""
     if backend.name != "sqlite-dir":
         pytest.skip("the pages are the same on every backend: tested once, on sqlite-dir")
     sync_api = pytest.importorskip("playwright.sync_api",
@@ -453,6 +452,14 @@ def test_pages_in_chromium(backend: Backend, server: sh.Server,
     if not Path(CHROMIUM).is_file():
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set "
                     "DDP_AUTOPSY_CHROMIUM)")
+    return sync_api
+
+
+@HUNG
+def test_pages_in_chromium(backend: Backend, server: sh.Server,
+                           uploaded: dict[str, dict[str, Any]], probe: dict[str, Any]) -> None:
+    """List, filters, an incident (its post-mortem in the frame), a group; markup stays text."""
+    sync_api = browser_api(backend)
     ea, eb, ld = (uploaded[k]["incident"] for k in ("eval_a", "eval_b", "loader"))
     dialogs: list[str] = []
     requests: list[str] = []

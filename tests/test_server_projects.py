@@ -36,6 +36,7 @@ from test_server import (  # noqa: E402,F401
     Backend,
     Hooks,
     backend,
+    browser_api,
     cli,
     hooks,
 )
@@ -264,13 +265,7 @@ def test_pages_of_two_projects_in_chromium(backend: Backend, server: sh.Server,
                                            up: dict[str, dict[str, Any]]) -> None:
     """Log in through the form; each project's list, incident and group pages show its own
     incidents; the owner shares through the incident page and the other project sees it."""
-    if backend.name != "sqlite-dir":
-        pytest.skip("the pages are the same on every backend: tested once, on sqlite-dir")
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="playwright is not installed (pip install playwright)")
-    if not Path(CHROMIUM).is_file():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set "
-                    "DDP_AUTOPSY_CHROMIUM)")
+    sync_api = browser_api(backend)
     iid = up["b_only"]["incident"]  # beta's, shared with default in the browser
     requests: list[str] = []
     with sync_api.sync_playwright() as p:

@@ -28,6 +28,7 @@ from ddp_autopsy.analyzer.sources import (
     iter_inputs,
 )
 from ddp_autopsy.analyzer.stacks import looks_like_pyspy_json
+from ddp_autopsy.bundle_layout import manifest_processes
 
 #: Only a line's rank and host are used: the year its stamps would get does not matter.
 ANY_YEAR = 2000
@@ -88,12 +89,7 @@ class _BundleRanks:
 def _bundle_ranks(manifest: dict[str, Any]) -> _BundleRanks:
     known = _BundleRanks()
     procs: dict[int, dict[str, Any]] = {}
-    for proc in manifest.get("processes") or []:
-        if not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
-            continue
-        if proc.get("rank") is None and proc.get("role") == "worker" \
-                and isinstance(proc.get("spawn_index"), int):
-            proc = {**proc, "rank": proc["spawn_index"]}  # mp.spawn: the index is the rank
+    for proc in manifest_processes(manifest):
         procs[proc["pid"]] = proc
     locals_: dict[int, set[int]] = {}
     for proc in procs.values():

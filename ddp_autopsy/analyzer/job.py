@@ -583,13 +583,7 @@ def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: lis
     if isinstance(host_info, dict):
         bundle.host_info = host_info
     by_pid: dict[int, dict[str, Any]] = {}
-    for proc in man.get("processes") or []:
-        if not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
-            continue
-        if proc.get("rank") is None and proc.get("role") == "worker" \
-                and isinstance(proc.get("spawn_index"), int):
-            # mp.spawn children carry no RANK: their spawn index is the rank by convention.
-            proc = {**proc, "rank": proc["spawn_index"], "rank_cue": "mp.spawn process index"}
+    for proc in layout.manifest_processes(man):
         by_pid[proc["pid"]] = proc
         proc_rows.append({
             "bundle": tree.display, "host": host, "pid": proc["pid"], "ppid": proc.get("ppid"),

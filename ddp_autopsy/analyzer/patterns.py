@@ -45,7 +45,7 @@ class Pattern:
 _NUMBERED = re.compile(r"^(?P<base>[a-z_]+?)(?P<n>[2-9])$")
 
 
-def signal_name(value: str) -> str:
+def _signal_field(value: str) -> str:
     """A signal as its name: "9" and "SIGKILL" are both "SIGKILL" (unknown numbers kept)."""
     if value.isdigit():
         try:
@@ -595,7 +595,7 @@ PATTERNS: tuple[Pattern, ...] = (
         pid2=int,
         pid3=int,
         pid4=int,
-        signal=signal_name,
+        signal=_signal_field,
     ),
     # torchelastic restarting: "[default] Worker group FAILED. 3/3 attempts left; will restart
     # worker group" (the workers' own failures are reported elsewhere).

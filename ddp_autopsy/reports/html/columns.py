@@ -131,19 +131,19 @@ COLUMNAR = (("ranks", "table"), ("ranks", "known"))
 
 def compact(data: dict[str, Any]) -> dict[str, Any]:
     """The analysis with its per-rank lists stored by column (a shallow copy)."""
-    out = dict(data)
-    for outer, inner in COLUMNAR:
-        part = out.get(outer)
-        if isinstance(part, dict) and isinstance(part.get(inner), list):
-            out[outer] = {**part, inner: encode(part[inner])}
-    return out
+    return _each_columnar(data, list, encode)
 
 
 def expand(data: dict[str, Any]) -> dict[str, Any]:
     """The report's embedded analysis back in the ``ddp-autopsy/analysis/1`` form."""
+    return _each_columnar(data, dict, decode)
+
+
+def _each_columnar(data: dict[str, Any], form: type, convert: Any) -> dict[str, Any]:
+    """A shallow copy of ``data`` with ``convert`` applied to each COLUMNAR part in ``form``."""
     out = dict(data)
     for outer, inner in COLUMNAR:
         part = out.get(outer)
-        if isinstance(part, dict) and isinstance(part.get(inner), dict):
-            out[outer] = {**part, inner: decode(part[inner])}
+        if isinstance(part, dict) and isinstance(part.get(inner), form):
+            out[outer] = {**part, inner: convert(part[inner])}
     return out

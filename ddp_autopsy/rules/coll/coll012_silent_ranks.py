@@ -131,7 +131,7 @@ class SilentRanks(Rule):
     def _elsewhere(self, job: Job, timeouts: list[dict[str, Any]]) -> Iterator[Finding]:
         """Every rank waited, but not in the same collective: the few ranks whose traceback ends
         in another torch.distributed call than the rest's never reached the others' one."""
-        where = _collective_frames(job)
+        where = collective_frames(job)
         groups: dict[str, set[int]] = {}
         for rank, row in where.items():
             groups.setdefault(row["data"]["frame"]["func"], set()).add(rank)
@@ -178,7 +178,7 @@ def _own_crashes(job: Job) -> set[int]:
     return own
 
 
-def _collective_frames(job: Job) -> dict[int, dict[str, Any]]:
+def collective_frames(job: Job) -> dict[int, dict[str, Any]]:
     """Per rank, its last exception whose traceback ends in a torch.distributed collective (a
     timeout or a lost peer: the call it was blocked in)."""
     out: dict[int, dict[str, Any]] = {}
@@ -213,7 +213,7 @@ def _collective(job: Job, timeouts: list[dict[str, Any]]) -> str:
             ops = sorted({s.timed_out_op for s in g.ranks.values() if s.timed_out_op})
             return f"collective {'/'.join(ops) + ' ' if ops else ''}#{g.stuck_at}"
     # Gloo names its transport operation (send, recv); the traceback names the collective.
-    calls = [row["data"]["frame"]["func"] for row in _collective_frames(job).values()]
+    calls = [row["data"]["frame"]["func"] for row in collective_frames(job).values()]
     if calls:
         return f"the {max(set(calls), key=calls.count)}"
     d = timeouts[0]["data"]

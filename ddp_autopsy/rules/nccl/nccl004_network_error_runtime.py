@@ -53,6 +53,7 @@ from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.bundle_layout import NETWORK_PROBES
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
+from ddp_autopsy.rules.coll.coll012_silent_ranks import collective_frames
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
 IB_STATUS = {4: "IBV_WC_LOC_PROT_ERR", 5: "IBV_WC_WR_FLUSH_ERR", 10: "IBV_WC_REM_ACCESS_ERR",
@@ -195,8 +196,7 @@ class NetworkErrorRuntime(Rule):
             return  # a rank's own error is the story
         where = {(r["data"].get("op"), r["data"].get("seq")) for r in hang
                  if r["kind"] == "watchdog_timeout"}
-        funcs = {(r["data"].get("frame") or {}).get("func") for r in job.rows("exception")
-                 if r["rank"] in ranks} - {None}
+        funcs = {r["data"]["frame"]["func"] for r in collective_frames(job).values()}
         if len(where) > 1 or len(funcs) > 1:
             return  # not the same collective: a mismatch, not a stall
         what = next(iter(funcs), None) or next((op for op, _ in where if op), "the same collective")
