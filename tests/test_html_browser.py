@@ -112,7 +112,10 @@ def stuck_in_eval(scenario_run: Callable[[str], Any],
     run = scenario_run("stuck_in_eval")
     assert run.bundle is not None, run.error
     out = tmp_path_factory.mktemp("stuck_in_eval") / "report.html"
-    return write_report([run.bundle, run.console], out)
+    # The bundle only: torchrun's console goes on after the collect with the runner's own
+    # teardown, and whether a rank logs a lost peer before dying there is a race (a CI run got
+    # one more finding, and a third printed page, from it).
+    return write_report([run.bundle], out)
 
 
 @pytest.fixture(scope="module")
@@ -412,8 +415,7 @@ def pdf_pages(pdf: bytes) -> int:
     "stuck_in_eval", marks=pytest.mark.scenario("stuck_in_eval"))])
 def test_three_rank_hang_prints_on_two_pages(name: str, request: pytest.FixtureRequest,
                                              open_page: Callable[..., Opened]) -> None:
-    """The fixture hang and the real one (a collect bundle and torchrun's console: two root
-    causes, the runner's SIGTERM being the second)."""
+    """The fixture hang and the real one (the collect bundle of a hung job)."""
     path: Path = request.getfixturevalue(name)
     page = open_page(path).page
     page.emulate_media(media="print")
