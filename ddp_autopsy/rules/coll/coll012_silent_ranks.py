@@ -71,9 +71,18 @@ class SilentRanks(Rule):
         reported = events.filter(pl.col("kind").is_in(REPORTING))
         waiting = set(reported["rank"].drop_nulls().to_list())
         timed_out = reported.filter(pl.col("kind").is_in(kinds_tagged("hang")))
-        if not waiting or timed_out.height == 0:
-            return
         seen = set(events["rank"].drop_nulls().to_list())
+        if not waiting:
+            # The watchdog's abort stack says "timeout" only through its checkTimeout frame
+            # (the same abort follows an asynchronous NCCL error, without that frame).
+            timed_out = pl.concat([timed_out, events.filter(
+                (pl.col("kind") == "watchdog_abort") & pl.col("text").str.contains("checkTimeout")
+            )], how="diagonal_relaxed")
+            if timed_out.height and not seen and not job.crashes.ranks:
+                yield from self._rankless(job, job.decoded_rows(timed_out))
+            return
+        if timed_out.height == 0:
+            return
         world = job.world_size or (max(seen) + 1 if seen else None)
         if not world or world < 2:
             return
@@ -127,6 +136,20 @@ class SilentRanks(Rule):
                      "last_lines": {str(r): row["text"] for r, row in sorted(last.items())}},
         )
 
+
+    def _rankless(self, job: Job, timeouts: list[dict[str, Any]]) -> Iterator[Finding]:
+        """A timeout in a fragment that names no rank at all (the watchdog's C++ frames, a
+        store wait): some rank never reached the collective, and rank-0-only work is the most
+        common reason. Named as a suspicion, below any rule that reads a cause."""
+        op = _collective(job, timeouts)
+        yield self.finding(
+            f"A collective timed out{'' if op == 'the collective' else f' ({op})'}, and the "
+            "inputs name no "
+            "rank: some rank never reached it. Rank-0-only work (evaluation, checkpointing, "
+            "logging, data preparation) is the most common reason, so look at what rank 0 was "
+            "doing first.",
+            evidence=[evidence_of(timeouts[0])], ranks=(0,), confidence=0.25,
+            ts=first_ts(timeouts), details={"waiting_ranks": [], "suspect": 0})
 
     def _elsewhere(self, job: Job, timeouts: list[dict[str, Any]]) -> Iterator[Finding]:
         """Every rank waited, but not in the same collective: the few ranks whose traceback ends
