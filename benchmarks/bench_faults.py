@@ -242,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, interrupted)
     results = load_results(args.results)
+    done = set(load_results()) | set(results)  # --skip-done: a cell run in any slice's file
     if args.rejudge:
         for k, old in sorted(results.items()):
             fault, position, mode, topology = k.split("|")
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                  if applicable(*c) is None]
         for n, (fault, position, mode, topology) in enumerate(cells, 1):
             k = f"{fault}|{position}|{mode}|{topology}"
-            if args.skip_done and k in results:
+            if args.skip_done and k in done:
                 continue
             t0 = time.monotonic()
             try:

@@ -24,6 +24,10 @@ MANIFEST = "manifest.json"
 NETWORK_PROBES = "network/probe.json"
 HOST_FACTS = "host/host.json"
 HOST_COMMANDS = {"nvidia-smi": "host/nvidia-smi.txt", "dmesg": "host/dmesg.txt"}
+#: The node's packet-filter rules, as each tool prints them (analyzer/firewall.py).
+FIREWALL = {"iptables-save": "host/firewall/iptables-save.txt",
+            "ip6tables-save": "host/firewall/ip6tables-save.txt",
+            "nft": "host/firewall/nft-ruleset.txt"}
 SUMMARY_EVENTS = "summaries/events.parquet"
 LOGS = "logs"
 

@@ -11,6 +11,7 @@ Frames (documented in docs/frames.md):
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import time
@@ -108,6 +109,8 @@ class Bundle:
     manifest: dict[str, Any]
     probes: list[dict[str, Any]] = field(default_factory=list)
     host_info: dict[str, Any] = field(default_factory=dict)
+    #: packet-filter dumps by tool (``bundle_layout.FIREWALL``): analyzer/firewall.py reads them
+    firewall: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -582,6 +585,11 @@ def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: lis
     host_info = _json_member(tree, layout.HOST_FACTS, notes)
     if isinstance(host_info, dict):
         bundle.host_info = host_info
+    for tool, rel in layout.FIREWALL.items():
+        with contextlib.suppress(OSError):
+            data = tree.read_bytes(rel, limit=16 << 20)
+            if data:
+                bundle.firewall[tool] = data.decode(errors="replace")
     by_pid: dict[int, dict[str, Any]] = {}
     for proc in layout.manifest_processes(man):
         by_pid[proc["pid"]] = proc

@@ -45,7 +45,13 @@ COMMANDS: dict[str, tuple[str, list[str], str | None]] = {
     "ip": ("ip addr", ["ip", "-j", "addr"], None),
     "nvidia-smi": ("nvidia-smi", ["nvidia-smi", "-q"], layout.HOST_COMMANDS["nvidia-smi"]),
     "dmesg": ("dmesg", ["dmesg"], layout.HOST_COMMANDS["dmesg"]),
+    # packet filters: a DROP rule on the job's interface or port explains a cut-off node
+    "iptables-save": ("iptables-save", ["iptables-save"], layout.FIREWALL["iptables-save"]),
+    "ip6tables-save": ("ip6tables-save", ["ip6tables-save"], layout.FIREWALL["ip6tables-save"]),
+    "nft": ("nft list ruleset", ["nft", "list", "ruleset"], layout.FIREWALL["nft"]),
 }
+FIREWALL_COMMANDS = ("iptables-save", "ip6tables-save", "nft")
+_NOT_PERMITTED = (b"not permitted", b"permission denied", b"must be root")
 
 
 def names(timeout: float) -> dict[str, Any]:
@@ -194,6 +200,14 @@ def write_host_json(bundle: Bundle, results: dict[str, CommandResult | Action | 
     if isinstance(dmesg, CommandResult) and dmesg.action is not None and dmesg_status == ERROR \
             and b"not permitted" in dmesg.stderr.lower():
         dmesg.action.status = dmesg_status = PERMISSION_DENIED  # dmesg_restrict
+    firewall = {}
+    for key in FIREWALL_COMMANDS:  # not root (no CAP_NET_ADMIN): recorded, not an error
+        res = results.get(key)
+        if isinstance(res, CommandResult) and res.action is not None \
+                and command_status(res) == ERROR \
+                and any(s in res.stderr.lower() for s in _NOT_PERMITTED):
+            res.action.status = PERMISSION_DENIED
+        firewall[key] = command_status(res)
 
     def facts() -> dict[str, Any]:
         kern = kernel()
@@ -203,6 +217,7 @@ def write_host_json(bundle: Bundle, results: dict[str, CommandResult | Action | 
         return {**names(min(step, 2.0)), "interfaces": interfaces(ip_json), "shm": shm(),
                 "limits": {"pid": limits_pid,
                            "values": procs.read_limits(limits_pid) if limits_pid else {}},
-                "kernel": kern, "nvidia_smi": command_status(results.get("nvidia-smi"))}
+                "kernel": kern, "nvidia_smi": command_status(results.get("nvidia-smi")),
+                "firewall": firewall}
 
     bundle.probe("host facts", facts, target="host", step_timeout=step, path=layout.HOST_FACTS)

@@ -9,9 +9,11 @@ resets its connections too.
 
 From `collect` bundles of a live job: a node whose connect to the master port times out while
 the master's node shows that port listening. Packets between them are dropped (a refused connect
-would mean nothing listens); with three nodes or more, a master that no other node reaches is
-the node cut off. With two nodes the side cannot be told: the node that fails to connect is
-named.
+would mean nothing listens). The side is told by the nodes' packet filters (`host/firewall/` in
+the bundle: `iptables-save`, `ip6tables-save`, `nft list ruleset`): a node whose DROP / REJECT
+rule matches the job's interface, port or peers is the one named, with that rule. Without such a
+rule, with three nodes or more, a master that no other node reaches is the node cut off; with
+two nodes the side cannot be told, and the node that fails to connect is named.
 
 From logs alone, with none of these lines: every rank of the job timed out in the same
 collective (watchdog or Gloo timeouts from all of them, at one sequence number or in one
@@ -25,7 +27,8 @@ the watchdog takes the process down, and the others follow.
 
 ## Evidence
 The transport error lines with the peer address and the decoded IB status; or each bundle's
-network probe (`network/probe.json`: the connect that timed out, the port listening).
+network probe (`network/probe.json`: the connect that timed out, the port listening) and the
+packet-filter rule that drops the job's traffic (`host/firewall/`).
 
 ## Remedy
 Check the links between the named hosts (NIC and switch counters, `ibstat`, cabling, link
@@ -49,9 +52,10 @@ from collections.abc import Iterator
 
 import polars as pl
 
+from ddp_autopsy.analyzer.firewall import blocking_rules
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
-from ddp_autopsy.bundle_layout import NETWORK_PROBES
+from ddp_autopsy.bundle_layout import FIREWALL, NETWORK_PROBES
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
 from ddp_autopsy.rules.coll.coll012_silent_ranks import collective_frames
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
@@ -114,7 +118,20 @@ class NetworkErrorRuntime(Rule):
         if not cut:
             return
         master = sorted(set(listening.values()))
-        if len(cut) >= 2 and len(cut) == len(probing):
+        blocked = blocking_rules(job)
+        walls = sorted(h for h in blocked if h in cut or h in master)
+        if walls:
+            # the side is told by the node whose own packet filter drops the job's traffic
+            culprits = walls
+            rule = blocked[walls[0]][0]
+            summary = (f"{', '.join(walls)} drops the job's packets: its firewall has "
+                       f"`{rule.text}`"
+                       + (f" and {sum(map(len, blocked.values())) - 1} more rule(s)"
+                          if sum(map(len, blocked.values())) > 1 else "")
+                       + f" matching the job's traffic, and {', '.join(cut)} "
+                       f"time{'s' if len(cut) == 1 else ''} out connecting to the master port "
+                       f"on {', '.join(master)}, which shows it listening")
+        elif len(cut) >= 2 and len(cut) == len(probing):
             culprits = master  # no other node reaches the master: the master's node is cut off
             summary = (f"{', '.join(master)} is cut off from the network: the other nodes "
                        f"({', '.join(cut)}) time out connecting to its port, which it shows "
@@ -128,13 +145,19 @@ class NetworkErrorRuntime(Rule):
         ports = sorted({port for h in cut for port in probing[h]})
         ranks = [] if not job.rank_state.height else sorted(
             job.rank_state.filter(pl.col("host").is_in(culprits))["rank"].to_list())
-        evidence = [Evidence(path=where[h], line=None, host=h,
-                             text=f"connect {p.get('master_addr')}:{port} from {h}: "
-                                  f"{(p.get('connect') or {}).get('error')}")
-                    for h in cut[:3] for port, p in sorted(probing[h].items())[:1]]
+        dumps = {b.manifest.get("host"): b.display for b in job.bundles}
+        evidence = [Evidence(path=f"{dumps.get(h)}/{FIREWALL[r.source]}", line=None, host=h,
+                             text=f"{r.source} on {h}: {r.text}")
+                    for h in walls for r in blocked[h][:3]]
+        evidence += [Evidence(path=where[h], line=None, host=h,
+                              text=f"connect {p.get('master_addr')}:{port} from {h}: "
+                                   f"{(p.get('connect') or {}).get('error')}")
+                     for h in cut[:3] for port, p in sorted(probing[h].items())[:1]]
         yield self.finding(
-            summary + ".", evidence=evidence, ranks=ranks, hosts=culprits, confidence=0.5,
-            details={"master": master, "ports": ports, "timed_out_from": cut})
+            summary + ".", evidence=evidence, ranks=ranks, hosts=culprits,
+            confidence=0.65 if walls else 0.5,
+            details={"master": master, "ports": ports, "timed_out_from": cut,
+                     "firewall": {h: [r.text for r in blocked[h]] for h in walls}})
 
     def _store_silent(self, job: Job) -> Iterator[Finding]:
         """Logs: every rank timed out in the same collective, none crashed or lost a peer
