@@ -34,6 +34,7 @@ from typing import Any
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.coll.coll014_store_wait_for_busy_rank import busy_waits
 
 
 def _ints(text: str) -> list[int]:
@@ -89,7 +90,9 @@ class MissingRanks(Rule):
             if len(waiting) == max(r["data"]["joined"] for r in barrier):
                 named |= set(range(world)) - waiting
             evidence_rows += barrier[:2]
-        waits = job.rows("store_wait_timeout")
+        # A store read that waited for a rank which had joined and was busy is COLL014's.
+        busy = busy_waits(job)[0]
+        waits = [r for r in job.rows("store_wait_timeout") if r not in busy]
         if not evidence_rows and not (waits and named):
             if not waits:
                 return

@@ -1,0 +1,113 @@
+"""A rank gave up waiting in the store for a rank that was alive but busy elsewhere.
+
+## What it detects
+A store read of a running job timed out, and the inputs say whom it waited for or that someone
+was still working:
+- the NCCL communicator's set-up (torch 2.0+): "[1] is setting up NCCL communicator and
+  retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got
+  error: wait timeout after 1800000ms". The root rank publishes that id when it enters its first
+  collective of the group: the waiting rank got there, the root did not, and it did not crash;
+- a bare store timeout ("wait timeout after ...ms", c10d's "waitForInput: socket ... timed out
+  after ...ms") while a progress bar that is not the waiting ranks' own was still running
+  ("Tokenizing Prompts:  92%|...| 328986/359152 [29:58<12:05, ...]"): that process was working
+  when the others gave up.
+
+## Why it hangs or kills the job
+The first collective (often the `barrier()` of `main_process_first`, or the first DDP broadcast)
+waits for every rank. Work that only one rank does before it (tokenizing or caching a dataset,
+downloading or converting a checkpoint) and that lasts longer than the process group's timeout
+(30 minutes by default) makes the waiting ranks' store read time out, though nothing is broken.
+
+## Evidence
+The store timeout line (with the root rank it waited for, when named) and the busy rank's last
+line (its progress bar).
+
+## Remedy
+Do long single-process work before `init_process_group`, or once, offline, and load its cached
+result; or raise the timeout (`init_process_group(timeout=...)`, the HF Trainer's `ddp_timeout`,
+accelerate's `InitProcessGroupKwargs(timeout=...)`) to cover it.
+
+## Example
+```
+Tokenizing Prompts (num_proc=64):  92%|█████████▏| 328986/359152 [29:58<12:05, 41.59 examples/s]
+[rank1]:[W516 14:34:56.854597329 socket.cpp:489] [c10d] waitForInput: socket SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) timed out after 1800000ms
+```
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.lines import is_progress
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, excerpt, first_ts, rank_phrase
+
+_LOST = re.compile(r"reset|closed|refused|broken pipe|EOF", re.IGNORECASE)
+
+
+def waiting_rank(row: dict[str, Any]) -> int | None:
+    """The rank that timed out: its prefix, else the ``[N] is setting up`` of the message."""
+    return row["rank"] if row["rank"] is not None else row["data"].get("rank")
+
+
+def busy_waits(job: Job) -> tuple[list[dict[str, Any]], int | None, dict[str, Any] | None]:
+    """The store timeouts that waited for a live rank, the rank waited for (None when unknown)
+    and that rank's last line when it was a running progress bar; ``([], None, None)`` when the
+    inputs do not show one. RDZV004 leaves these waits alone: the rank waited for had joined."""
+    waits = job.rows("store_wait_timeout")
+    if not waits:
+        return [], None, None
+    crashed = set(job.crashes.ranks)
+    waiting = {w for w in map(waiting_rank, waits) if w is not None}
+    # A store that reset or closed the connection went away with its host (a crash): only a
+    # read that timed out, or whose error was cut off, waited for a live rank.
+    waits = [r for r in waits if not _LOST.search(r["data"].get("err") or "")]
+    roots = {r["data"]["root"] for r in waits if r["data"].get("root") is not None}
+    bars = [r for r in job.rows("last_line")
+            if r["data"].get("progress") and r["rank"] not in waiting and "100%|" not in r["text"]
+            and is_progress(r["text"])]
+    if len(roots) == 1:
+        root = next(iter(roots))
+        if root in crashed or root in waiting:
+            return [], None, None
+        bar = next((b for b in bars if b["rank"] in (root, None)), None)
+        return [r for r in waits if r["data"].get("root") == root], root, bar
+    if roots or not bars or not waiting:
+        return [], None, None
+    bar = bars[-1]
+    return waits, bar["rank"], bar
+
+
+class StoreWaitForBusyRank(Rule):
+    code = "COLL014"
+    slug = "store-wait-for-busy-rank"
+    cause = "rank_stuck_outside_collective"
+    optional = ("crashes",)
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        waits, busy, bar = busy_waits(job)
+        if not waits:
+            return
+        waiting = {w for w in map(waiting_rank, waits) if w is not None}
+        # A bar without a rank prefix, beside waiting ranks that have one: another process.
+        # Which one is not written; rank 0 does the work the others wait for under
+        # main_process_first and publishes NCCL's id, so it is named as the likely one.
+        suspect = busy if busy is not None else 0
+        inferred = busy is None
+        root = waits[0]["data"].get("root") is not None
+        who = rank_phrase(waiting, empty="a rank")
+        summary = (f"{who[0].upper()}{who[1:]} gave up waiting in the store for rank {suspect}"
+                   + (", which never reached its first collective (it publishes NCCL's "
+                      "communicator id there) and did not crash" if root else "")
+                   + (f"; a progress bar was still running (`{excerpt(bar['text'], 100)}`)"
+                      + (f", most likely rank {suspect}'s: it is not the waiting ranks' own"
+                         if inferred else "") if bar else "")
+                   + ": rank-local work took longer than the process group's timeout.")
+        evidence = [evidence_of(waits[0])] + ([evidence_of(bar)] if bar else [])
+        yield self.finding(
+            summary, evidence=evidence, ranks=(suspect,),
+            confidence=0.45 if inferred else 0.7, ts=first_ts(waits),
+            details={"waiting_ranks": sorted(waiting), "waited_for": suspect,
+                     "inferred": inferred, "progress": bar["text"] if bar else None})
