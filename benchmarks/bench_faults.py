@@ -57,6 +57,27 @@ FR_NOTE = (
 )
 
 
+# Why a cell stays wrong: (fault, position, mode) -> the limit of the evidence, in any topology
+# where the cell is wrong (a right cell carries no note).
+LIMITS: dict[tuple[str, str, str], str] = {
+    ("link_drop", "rank0", "logs"): (
+        "A link dropped between two nodes looks the same from both sides in the logs: the "
+        "launcher of the node that does not host the rendezvous store loses it whichever side "
+        "was cut, so with two nodes a cut on the master's own node names the other node (with "
+        "three nodes or more the cut node is told apart; in `live`/`fr` the node's own packet "
+        "filter, kept by collect, names it)."),
+    ("unresolved_host", "node2", "logs"): (
+        "Console logs carry no host name: the failed lookups are all in the second node's "
+        "console, but only the file's directory name says which node that is, and the analysis "
+        "does not take host names from directory names."),
+    ("world_size", "node2", "logs"): (
+        "The second node's ranks wait in init_process_group for the key of one rank more than "
+        "the job has while the first node's ranks print nothing at all, not even a "
+        "rank number or a timeout: a rank that never started (missing ranks, the cause found) "
+        "and ranks expecting one too many look the same, so no rank is named."),
+}
+
+
 def key(r: dict) -> str:
     return f"{r['fault']}|{r['position']}|{r['mode']}|{r['topology']}"
 
@@ -95,6 +116,9 @@ def _cell(r: dict | None, why: str | None) -> tuple[str, str, str, str]:
         words = words[:217] + "..."
     if r.get("error"):
         words += f" [harness: {r['error']}]"
+    why = LIMITS.get((r["fault"], r["position"], r["mode"]))
+    if why and not (r["cause_ok"] and r["culprit_ok"]):
+        words += f" [why wrong: {why}]"
     return cause, culprit, "" if r["seconds"] is None else f"{r['seconds']}", words
 
 
@@ -135,14 +159,8 @@ def write_doc(results: dict[str, dict]) -> dict[str, int]:
         "checked to be on the node the position names; a mismatch is a harness note in the "
         "cell.",
         "",
-        "**Known limits of the analysis** (cells marked WRONG for these reasons). A link "
-        "dropped between two nodes looks the same from both sides (each node's probe or store "
-        "read of the other times out): with two nodes the node that fails to reach the master is "
-        "named, so a cut on the master's own node (position rank0, 2x2) names the other node; "
-        "with three nodes or more the cut node is told apart. Console logs carry no host name: "
-        "an unresolvable endpoint on the second node is found, but the verdict cannot say which "
-        "node printed it. A WORLD_SIZE mismatch is named only when some ranks got past "
-        "init_process_group while the others waited there for a rank the job does not have.",
+        "**Known limits of the analysis** (cells marked WRONG for these reasons; each such "
+        "cell carries its reason as a note). " + " ".join(LIMITS.values()),
         "",
         "## What counts as the right cause",
         "",
