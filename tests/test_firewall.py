@@ -80,9 +80,23 @@ def test_drop_on_the_jobs_interface_port_or_peer(netns: str) -> None:
     assert len(found) == 5, found
 
 
+def test_default_deny_after_accepts(netns: str) -> None:
+    """A catch-all DROP after ACCEPTs: it drops the job's traffic unless an ACCEPT before it
+    takes all of it (the job's data ports are not known: an ACCEPT of the master port alone
+    leaves them to the DROP)."""
+    rs = _rules(netns,
+                "iptables -A INPUT -p tcp --dport 22 -j ACCEPT",
+                "iptables -A INPUT -p tcp --dport 29400 -j ACCEPT",
+                "iptables -A INPUT -j DROP",
+                "iptables -A OUTPUT -o fab0 -j ACCEPT",
+                "iptables -A OUTPUT -j REJECT")
+    assert _blocking(rs) == ["-A INPUT -j DROP"]
+
+
 def test_near_miss_rules_that_spare_the_job_stay_quiet(netns: str) -> None:
     rs = _rules(netns,
-                "iptables -A INPUT -i fab0 -j ACCEPT",  # ACCEPT only
+                "iptables -A OUTPUT -o fab0 -j ACCEPT",  # ACCEPT, then...
+                "iptables -A OUTPUT -o fab0 -j DROP",  # ...a DROP it never reaches
                 "iptables -A INPUT -p tcp --dport 22 -j DROP",  # another port
                 "iptables -A INPUT -p udp -j DROP",  # not TCP
                 "iptables -A INPUT -i docker0 -j DROP",  # another interface

@@ -50,7 +50,7 @@ class FilterRule:
     source: str  # iptables-save, ip6tables-save or nft
     chain: str
     text: str  # the rule as printed
-    verdict: str  # DROP or REJECT
+    verdict: str  # DROP or REJECT (ACCEPT for the rules in ``accepted_before``)
     family: int | None = None  # 4 or 6 when the rule sees one IP version only
     iface: Match | None = None
     proto: str | None = None
@@ -58,6 +58,8 @@ class FilterRule:
     sports: Match | None = None
     saddr: Match | None = None
     daddr: Match | None = None
+    #: judged ACCEPT rules earlier in the same chain: packets they take never reach this one
+    accepted_before: list[FilterRule] = field(default_factory=list)
 
 
 @dataclass
@@ -98,14 +100,20 @@ def parse_iptables_save(text: str, source: str = "iptables-save") -> list[Filter
         target = _arg(words, ("-j", "--jump")) or _arg(words, ("-g", "--goto"))
         if target and target not in ("DROP", "REJECT", "ACCEPT", "RETURN", "LOG"):
             jumps.setdefault(chain, set()).add(target)
-        if target in ("DROP", "REJECT"):
+        if target in ("DROP", "REJECT", "ACCEPT"):
             pending.append((chain, words[2:], line))
     reach = _reachable(("INPUT", "OUTPUT"), jumps)
+    accepts: dict[str, list[FilterRule]] = {}
     for chain, words, line in pending:
         if chain in reach:
             rule = _judge_iptables(words, source, chain, line)
-            if rule is not None:
-                rule.family = 6 if source.startswith("ip6") else 4
+            if rule is None:
+                continue
+            rule.family = 6 if source.startswith("ip6") else 4
+            if rule.verdict == "ACCEPT":
+                accepts.setdefault(chain, []).append(rule)
+            else:
+                rule.accepted_before = list(accepts.get(chain, ()))
                 rules.append(rule)
     return rules
 
@@ -156,7 +164,7 @@ def _judge_iptables(words: list[str], source: str, chain: str, line: str) -> Fil
             return None
         neg = False
         i += 2
-    return rule if rule.verdict in ("DROP", "REJECT") else None
+    return rule if rule.verdict in ("DROP", "REJECT", "ACCEPT") else None
 
 
 def _reachable(roots: Iterable[str], jumps: dict[str, set[str]]) -> set[str]:
@@ -208,7 +216,7 @@ def parse_nft(text: str, skip_families: Iterable[str] = ()) -> list[FilterRule]:
         jm = re.search(r"\b(?:jump|goto) (\S+)$", line)
         if jm:
             jumps.setdefault(here, set()).add((*table, jm[1]))
-        if re.search(r"\b(drop|reject(?: with .*)?)$", line):
+        if re.search(r"\b(drop|accept|reject(?: with .*)?)$", line):
             pending.append((here, line))
     reach: set[tuple[str, str, str]] = set()
     todo = list(hooked)
@@ -218,11 +226,17 @@ def parse_nft(text: str, skip_families: Iterable[str] = ()) -> list[FilterRule]:
             reach.add(c)
             todo += jumps.get(c, ())
     rules = []
+    accepts: dict[tuple[str, str, str], list[FilterRule]] = {}
     for where, line in pending:
         if where in reach:
             rule = _judge_nft(line, where[2])
-            if rule is not None:
-                rule.family = {"ip": 4, "ip6": 6}.get(where[0])
+            if rule is None:
+                continue
+            rule.family = {"ip": 4, "ip6": 6}.get(where[0])
+            if rule.verdict == "ACCEPT":
+                accepts.setdefault(where, []).append(rule)
+            else:
+                rule.accepted_before = list(accepts.get(where, ()))
                 rules.append(rule)
     return rules
 
@@ -230,8 +244,9 @@ def parse_nft(text: str, skip_families: Iterable[str] = ()) -> list[FilterRule]:
 def _judge_nft(line: str, chain: str) -> FilterRule | None:
     body = _NFT_COUNTER.sub("", line)
     body = re.sub(r"\s+comment \"[^\"]*\"", "", body)
-    verdict = "DROP" if re.search(r"\bdrop$", body) else "REJECT"
-    body = re.sub(r"\b(drop|reject(?: with .*)?)$", "", body).strip()
+    verdict = "DROP" if re.search(r"\bdrop$", body) else \
+        "ACCEPT" if re.search(r"\baccept$", body) else "REJECT"
+    body = re.sub(r"\b(drop|accept|reject(?: with .*)?)$", "", body).strip()
     rule = FilterRule("nft", chain, line, verdict)
     # values: a word, a quoted name, or a { set }
     token = r"(!= )?(\{[^}]*\}|\"[^\"]*\"|\S+)"
@@ -244,6 +259,8 @@ def _judge_nft(line: str, chain: str) -> FilterRule | None:
             return None  # ct state, limit, mark...: cannot tell what it drops
         key, neg, value = m[1], bool(m[2]), m[3]
         values = [v.strip().strip('"') for v in value.strip("{}").split(",") if v.strip()]
+        if any(v.startswith(("@", "$")) for v in values):
+            return None  # a named set or a variable: its members are not in the rule
         if key in ("iifname", "oifname", "iif", "oif"):
             rule.iface = Match(values, neg)
         elif key in ("meta l4proto", "ip protocol", "ip6 nexthdr"):
@@ -326,7 +343,17 @@ def _admits(m: Match | None, ok: bool) -> bool:
 
 
 def blocks(rule: FilterRule, job: JobTraffic) -> bool:
-    """Whether ``rule`` drops some of the job's packets."""
+    """Whether ``rule`` drops some of the job's packets: it matches them, and no ACCEPT
+    before it in its chain takes them all first (one that admits the job's traffic on the
+    same ports or on any port: the job's data ports are not known, only its master port)."""
+    if not _matches(rule, job):
+        return False
+    return not any(_matches(a, job) and (a.dports is None or a.dports == rule.dports)
+                   and (a.sports is None or a.sports == rule.sports)
+                   for a in rule.accepted_before)
+
+
+def _matches(rule: FilterRule, job: JobTraffic) -> bool:
     if rule.proto not in (None, "all", "tcp", "6"):
         return False
     if rule.family and job.addrs and all(a.version != rule.family for a in job.addrs):
