@@ -172,7 +172,8 @@ def test_lightning_messages(tmp_path: Path) -> None:
                                     (0, None, None, "Lightning GLOBAL_RANK line")]
 
 
-@pytest.mark.parametrize("name, rank", [("rank3.log", 3), ("worker-3.txt", 3),
+# "worker-3" names a pod or node (PyTorchJob's master-0, worker-0...), not a rank.
+@pytest.mark.parametrize("name, rank", [("rank3.log", 3), ("worker-3.txt", None),
                                         ("train_rank-12.out", 12), ("node-rank2.log", None)])
 def test_plain_per_rank_files(tmp_path: Path, name: str, rank: int | None) -> None:
     df = events(write(tmp_path / name, OOM))

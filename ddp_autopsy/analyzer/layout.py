@@ -40,8 +40,10 @@ class PathCue(NamedTuple):
 LOG_DIR = re.compile(
     r"(?:^|/)attempt_(?P<attempt>\d+)/(?P<lr>\d+)/(?:stdout|stderr|error)\.(?:log|json)$"
 )
+# Not "worker-N": Kubernetes (PyTorchJob's master-0, worker-0...) and Ray name pods and nodes
+# so, and a pod holds several ranks, or its ranks start after the master's.
 RANK_NAME = re.compile(
-    r"(?:^|[^a-z0-9])(?:global[-_]?)?(?:rank|worker|proc|process)[-_.]?(?P<n>\d+)(?!\d)", re.I
+    r"(?:^|[^a-z0-9])(?:global[-_]?)?(?:rank|proc|process)[-_.]?(?P<n>\d+)(?!\d)", re.I
 )
 TASK_NAME = re.compile(r"(?:^|[^a-z0-9])task[-_.]?(?P<n>\d+)(?!\d)", re.I)
 NODE_NAME = re.compile(r"node[-_]?(?:rank)?[-_]?\d", re.I)

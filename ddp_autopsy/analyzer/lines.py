@@ -68,7 +68,9 @@ PDSH = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9_.-]{0,62}): ")
 HOSTLIKE = re.compile(r"^(?:localhost|[A-Za-z0-9_]*[0-9.-][A-Za-z0-9_.-]*)$")
 # Nor a Python logger's name ("torch.distributed.elastic.multiprocessing.api: [ERROR] ...").
 NOT_HOST = re.compile(r"(?i:error|exception|warning|exit|interrupt)$|^(?:INFO|WARN|WARNING|ERROR|"
-                      r"DEBUG|CRITICAL|FATAL|NOTE|Note|TODO)$|^[a-z_]+(?:\.[a-z_]+){2,}$")
+                      r"DEBUG|CRITICAL|FATAL|NOTE|Note|TODO)$|^[a-z_]+(?:\.[a-z_]+){2,}$"
+                      # nor an RDMA provider's name ("mlx5: host1: got completion with error:")
+                      r"|^(?:mlx[45]|hfi1|bnxt_re|efa)(?:_\d+)?$")
 # srun --label: "  3: msg" (the task id, right-aligned).
 SRUN_LABEL = re.compile(r"^ *(?P<task>[0-9]+): ")
 # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[${rank}]:" (torch's documented example) or

@@ -495,6 +495,15 @@ PATTERNS: tuple[Pattern, ...] = (
         port=int,
         port2=int,
     ),
+    # ProcessGroupGloo's createDefaultDevice (torch 1.8+) when the host name resolves to no local
+    # address: "Unable to resolve hostname to a (local) address. Using the loopback address as
+    # fallback. Manually set the network interface to bind to with GLOO_SOCKET_IFNAME."
+    _p(
+        "gloo_loopback_fallback",
+        "Using the loopback address as fallback",
+        r"Unable to resolve hostname to a \(local\) address\. Using the loopback address as "
+        r"fallback",
+    ),
     # An init method in a file (FileStore), as printed by scripts or their argument dumps:
     # "| distributed init (rank 1): file:///nfs/job/dist_init", "--dist-url file:///…".
     # Scripts that create the store file themselves say so when it is left from a run before
@@ -542,8 +551,9 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "worker_failed",
         "local_rank:",
+        # (rich logging puts its "api.py:673" column after "(pid: N) of" and wraps "binary:")
         r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) "
-        r"\(pid: (?P<pid>\d+)\) of (?:binary|fn)",
+        r"\(pid: (?P<pid>\d+)\)(?: of\b)?",
         exitcode=int,
         local_rank=int,
         pid=int,
@@ -575,8 +585,12 @@ PATTERNS: tuple[Pattern, ...] = (
     # code = -9" (the command is often wrapped over several lines, so only the tail is read).
     _p(
         "worker_failed",
-        "exits with return code",
-        r"(?:'--local_rank=(?P<local_rank>\d+)'.*)?exits with return code = (?P<exitcode>-?\d+)",
+        ("exits with return code", "'--local_rank="),
+        r"(?:'--local_rank=(?P<local_rank>\d+)'.*)?exits with return code = (?P<exitcode>-?\d+)"
+        # the same ERROR line cut before its tail (which worker, not how it ended); the logger's
+        # "[launch.py:321:sigkill_handler]" is read as a prefix, so the command list starts it
+        r"|^(?!.*exits with return code)(?:\[launch\.py:\d+:sigkill_handler\] )?\['[^']+', "
+        r".*?'--local_rank=(?P<local_rank2>\d+)'",
         exitcode=int,
         local_rank=int,
     ),
@@ -685,8 +699,11 @@ PATTERNS: tuple[Pattern, ...] = (
         "unused_parameters",
         ("Expected to have finished reduction", "did not receive grad for rank",
          "which did not receive grad: ",
-         "parameters that were not used in producing the loss"),
+         "parameters that were not used in producing the loss",
+         "did not receive gradient on this rank"),
         r"(?:Expected to have finished reduction in the prior iteration"
+        # the message's last sentence, when a paste keeps only the end of it
+        r"|which particular parameters did not receive gradient on this rank"
         r"|Parameter(?:s| indices)? which did not receive grad(?: for rank (?P<rank>\d+))?: "
         r"(?P<params>.+)"
         # Lightning's rewording: "It looks like your LightningModule has parameters that were not
@@ -781,11 +798,13 @@ PATTERNS: tuple[Pattern, ...] = (
         "backend_device_mismatch",
         ("No backend type associated with device type", "Tensors must be CUDA",
          "unsupported device type", "doesn't have NCCL built in", "Tensors must be CPU",
-         "ProcessGroupNCCL is only supported with GPUs"),
+         "ProcessGroupNCCL is only supported with GPUs", "but NCCL support is not compiled"),
         r"(?:No backend type associated with device type (?P<device>\w+)"
         r"|Tensors must be (?P<need>CUDA|CPU) and dense"
         r"|(?P<pg>ProcessGroup\w+)::(?P<op>\w+): unsupported device type (?P<device2>\w+)"
         r"|Distributed package doesn't have NCCL built in"
+        # torch 2.1+ (distributed_c10d._get_default_timeout), before that RuntimeError
+        r"|Attempted to get default timeout for nccl backend, but NCCL support is not compiled"
         r"|ProcessGroupNCCL is only supported with GPUs, no GPUs found)",
     ),
     # NCCL §3.3 / Gloo: no usable socket interface (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME).
@@ -855,14 +874,17 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "network_error",
         ("Call to recv from", "Call to send to", "Got completion", "async fatal event",
-         "Got async event", "Socket recv failed"),
+         "Got async event", "Socket recv failed", "got completion with error"),
         r"(?:Call to (?:recv from|send to) (?P<peer>\S+) failed : (?P<err>.+)"
         r"|Call to (?:recv|send) failed : (?P<err2>.+)"
         r"|Got completion (?:from peer (?P<peer2>\S+) )?with (?:error (?P<status>\d+)"
         r"|status=(?:(?P<stname>\w+)\()?(?P<status2>\d+))"
         r"|async (?:fatal )?event(?: on \w+[^:]*)? ?: (?P<event>.+)"
         r"|Got async event : (?P<event2>.+)"
-        r"|Socket recv failed)",
+        r"|Socket recv failed"
+        # rdma-core's mlx5 provider before its CQE dump: "mlx5: host1: got completion with error:"
+        # (a file of such lines reads "mlx5: host1: " as host prefixes)
+        r"|(?:mlx5: (?P<ibhost>[^:\s]+): )?got completion with error:?$)",
         status=int,
         status2=int,
     ),
@@ -1081,6 +1103,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "nccl_version_mismatch": {"failure"},
     "nccl_connect_failure": {"failure"},
     "gloo_connect_failure": {"failure"},
+    "gloo_loopback_fallback": {"warning"},
     "duplicate_gpu": {"failure"},
     "shm_error": {"failure"},
     "network_error": {"failure"},

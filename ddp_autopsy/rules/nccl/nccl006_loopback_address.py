@@ -7,7 +7,9 @@ lo:127.0.0.1<0>" / "NET/Socket : Using [0]docker0:172.17.0.1<0>" lines, or Gloo 
 connect to such an address; a MASTER_ADDR that `collect` found resolving to 127.0.1.1 (a host
 name mapped to loopback in /etc/hosts); and, on any number of hosts, Gloo failing to connect to
 127.0.1.1 — the Debian/Ubuntu /etc/hosts alias of the machine's own name, which Gloo advertises
-when the host name resolves to it.
+when the host name resolves to it; and Gloo's own warning that it fell back to loopback ("Unable
+to resolve hostname to a (local) address. Using the loopback address as fallback.") followed by
+its full-mesh connect failing (on one host, loopback would have connected).
 
 ## Why it hangs or kills the job
 Other hosts cannot reach a loopback or bridge address: they connect to themselves, to nothing,
@@ -68,13 +70,17 @@ class LoopbackAddress(Rule):
         gloo = [r for r in job.rows("gloo_connect_failure") if r["data"].get("addr")]
         alias = [r for r in gloo if r["data"]["addr"].startswith("127.0.1.")]
         nodes = max(len(hosts), declared_nodes(job.events))
-        if nodes < 2 and not alias:
+        # Gloo bound to loopback itself, then could not connect: the peers are elsewhere.
+        fallback = job.rows("gloo_loopback_fallback") if job.rows("gloo_connect_failure") else []
+        if nodes < 2 and not alias and not fallback:
             return  # on one host, loopback is fine
         bad = [(r, kind) for r in rows
                if (kind := unreachable_kind(r["data"]["addr"], r["data"]["ifname"]))]
         bad += [(r, "loopback: the host name's /etc/hosts alias" if r in alias else kind)
                 for r in gloo if (kind := unreachable_kind(r["data"]["addr"]))
                 and (r in alias or nodes >= 2)]
+        bad += [(r, "Gloo fell back to loopback: the host name resolves to no local address")
+                for r in fallback[:1]]
         probes = [(b, p) for b in job.bundles for p in b.probes
                   if any(str(a).startswith("127.") for a in p.get("addresses") or [])]
         if not bad and not probes:
@@ -82,7 +88,8 @@ class LoopbackAddress(Rule):
         evidence = [evidence_of(r) for r, _ in bad[:3]]
         parts = sorted({f"{r['host'] or 'a rank'} uses {r['data']['ifname']}:{r['data']['addr']}"
                         f" ({kind})" if r["kind"] == "nccl_interface" else
-                        f"Gloo connects to {r['data']['addr']} ({kind})" for r, kind in bad})
+                        f"{r['host'] or 'a rank'}: {kind}" if r["kind"] == "gloo_loopback_fallback"
+                        else f"Gloo connects to {r['data']['addr']} ({kind})" for r, kind in bad})
         for b, p in probes[:2]:
             parts.append(f"MASTER_ADDR {p.get('master_addr')} resolves to "
                          f"{', '.join(map(str, p.get('addresses')))} on {b.manifest.get('host')}")
