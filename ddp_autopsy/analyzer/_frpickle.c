@@ -20,11 +20,23 @@
  *               which means "not yet" as None does); else a list of n values
  *   structured  7 pairs (firsts, change): runs of equal neighbours of (pg_id, process_group)
  *               and of FIELDS[15:21] (see flight_recorder._runs)
+ *
+ * Reader(paths, threads, ahead) does the same for many files: its threads read them and run
+ * the opcodes (phase A: no Python object, no GIL, strings checked as UTF-8 and compared as
+ * bytes) ahead of the caller, whose take(i) makes the Python objects (phase B).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifdef __APPLE__
+#define st_mtim st_mtimespec
+#endif
 
 enum { K_NONE, K_TRUE, K_FALSE, K_INT, K_FLOAT, K_STR, K_LIST, K_TUPLE, K_DICT };
 
@@ -182,20 +194,50 @@ static int64_t le_int(const uint8_t *s, int k) {
     return (int64_t)v;
 }
 
-/* a string node of data[pos:pos+len], decoded as Python's unpickler decodes it */
+/* Whether data[0:n) decodes as Python's UTF-8 decoder decodes it with "surrogatepass" (strict
+ * UTF-8, and surrogates written as three bytes): checked without Python objects, so that the
+ * opcode loop can run without the GIL. */
+static int utf8_ok(const uint8_t *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int k;
+        uint8_t lo = 0x80, hi = 0xbf;
+        if (c >= 0xc2 && c <= 0xdf) k = 1;
+        else if (c == 0xe0) k = 2, lo = 0xa0;
+        else if (c >= 0xe1 && c <= 0xef) k = 2; /* 0xed: surrogates pass */
+        else if (c == 0xf0) k = 3, lo = 0x90;
+        else if (c >= 0xf1 && c <= 0xf3) k = 3;
+        else if (c == 0xf4) k = 3, hi = 0x8f;
+        else return 0;
+        if (n - i <= k) return 0;
+        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
+        for (int j = 2; j <= k; j++)
+            if ((s[i + j] & 0xc0) != 0x80) return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+/* a string node of data[pos:pos+len] (its Python object is made when needed: conv) */
 static int64_t str_node(P *p, Py_ssize_t pos, Py_ssize_t len) {
-    PyObject *o = PyUnicode_DecodeUTF8((const char *)p->d + pos, len, "surrogatepass");
-    if (!o) {
-        PyErr_Clear();
-        return BAIL;
-    }
+    if (len >= UNSET || !utf8_ok(p->d + pos, len)) return BAIL;
     int64_t c = new_node(p, K_STR);
-    if (c < 0) {
-        Py_DECREF(o);
-        return BAIL;
-    }
-    p->nodes[c].obj = o;
+    if (c < 0) return BAIL;
+    p->nodes[c].u.i = pos;
+    p->nodes[c].len = (uint32_t)len;
     return c;
+}
+
+/* whether a string node's bytes are the ASCII text t */
+static int str_is(P *p, uint32_t i, const char *t) {
+    Node *nd = &p->nodes[i];
+    size_t k = strlen(t);
+    return nd->kind == K_STR && nd->len == k && memcmp(p->d + nd->u.i, t, k) == 0;
 }
 
 static int64_t int_node_only(P *p, int64_t v) {
@@ -457,6 +499,14 @@ static PyObject *conv(P *p, uint32_t i, int depth) {
     case K_FLOAT:
         o = PyFloat_FromDouble(nd->u.f);
         break;
+    case K_STR: /* checked by utf8_ok: fails only for memory */
+        o = PyUnicode_DecodeUTF8((const char *)p->d + nd->u.i, nd->len, "surrogatepass");
+        if (!o) {
+            PyErr_Clear();
+            Py_INCREF(BAILED);
+            return BAILED;
+        }
+        break;
     case K_LIST:
     case K_TUPLE:
     case K_DICT: {
@@ -587,8 +637,8 @@ static int eq(P *p, uint32_t a, uint32_t b) {
         return 1;
     case K_INT:
         return x->u.i == y->u.i;
-    case K_STR:
-        return PyUnicode_Compare(x->obj, y->obj) == 0;
+    case K_STR: /* UTF-8 is one spelling per text: equal bytes, equal strings */
+        return x->len == y->len && memcmp(p->d + x->u.i, p->d + y->u.i, x->len) == 0;
     case K_LIST:
     case K_TUPLE:
         if (x->len != y->len) return 0;
@@ -798,16 +848,41 @@ static const shape_fn SHAPE[NF] = {[14] = flat,  [15] = is_scalar, [16] = sizes,
                                    [18] = sizes, [19] = flat,      [20] = frames};
 
 static int field_of(P *p, uint32_t key) {
-    if (p->nodes[key].kind != K_STR) return -1;
     for (int f = 0; f < NF; f++)
-        if (PyUnicode_CompareWithASCIIString(p->nodes[key].obj, FIELDS[f]) == 0) return f;
+        if (str_is(p, key, FIELDS[f])) return f;
     return -1;
 }
 
-/* The runs of values[0..n) (pairs when values2): (firsts, change) or BAILED. */
-static PyObject *runs(P *p, const uint32_t *v, const uint32_t *v2, uint32_t n, int stride) {
+/* ------------------------------------------------------------------ phase A: no Python objects
+ *
+ * Reading a dump is two phases. Phase A (prepare) runs the opcodes, checks the shapes, finds the
+ * runs and the Int64 columns: it calls nothing of Python, so it runs without the GIL, on another
+ * thread (Reader). Phase B (build) makes the Python objects the caller gets, with the GIL. */
+
+enum { S_ABSENT, S_CONST, S_INTS, S_LIST };
+
+typedef struct {
+    uint32_t top, n;
+    uint32_t *vals;                /* n x NF value nodes (NONE_NODE where a key is absent) */
+    uint8_t scalar[NSCALAR];       /* S_*: how each scalar field is returned */
+    int64_t *ints[NSCALAR];        /* S_INTS: its values */
+    uint8_t *change[NF - NSCALAR]; /* structured: 1 where a run starts */
+    uint32_t count[NF - NSCALAR];  /* structured: how many runs */
+} Prep;
+
+static void prep_free(Prep *c) {
+    free(c->vals);
+    for (int f = 0; f < NSCALAR; f++) free(c->ints[f]);
+    for (int f = 0; f < NF - NSCALAR; f++) free(c->change[f]);
+    memset(c, 0, sizeof(*c));
+}
+
+/* Where the runs of equal neighbours of values[0..n) (pairs when v2) start; BAIL when out of
+ * memory or budget. */
+static int find_runs(P *p, const uint32_t *v, const uint32_t *v2, uint32_t n, int stride,
+                     uint8_t **out, uint32_t *runs) {
     uint8_t *change = malloc(n ? n : 1);
-    if (!change) return PyErr_NoMemory();
+    if (!change) return BAIL;
     uint32_t count = 1;
     change[0] = 1;
     for (uint32_t i = 1; i < n; i++) {
@@ -818,17 +893,151 @@ static PyObject *runs(P *p, const uint32_t *v, const uint32_t *v2, uint32_t n, i
         count += !same;
         if (p->budget < 0) {
             free(change);
-            Py_INCREF(BAILED);
-            return BAILED;
+            return BAIL;
         }
     }
-    PyObject *firsts = PyList_New(count), *out = NULL, *ch = NULL;
-    if (!firsts) goto done;
+    *out = change;
+    *runs = count;
+    return 0;
+}
+
+/* An Int64 field: S_CONST when every value is the same, S_INTS (values in *out) when all are
+ * ints (or None, for a time: read as 0, "not yet" as None is), else S_LIST; BAIL without
+ * memory. */
+static int int_kind(P *p, const uint32_t *v, uint32_t n, int stride, int time, int64_t **out) {
+    int same = 1;
+    for (uint32_t e = 0; e < n; e++) {
+        Node *nd = &p->nodes[v[(size_t)e * stride]];
+        if (!(nd->kind == K_INT || (time && nd->kind == K_NONE))) return S_LIST;
+        if (e && same) {
+            Node *first = &p->nodes[v[0]];
+            same = nd->kind == first->kind && (nd->kind == K_NONE || nd->u.i == first->u.i);
+        }
+    }
+    if (same) return S_CONST;
+    int64_t *col = malloc((size_t)(n ? n : 1) * 8);
+    if (!col) return BAIL;
+    for (uint32_t e = 0; e < n; e++) {
+        Node *nd = &p->nodes[v[(size_t)e * stride]];
+        col[e] = nd->kind == K_INT ? nd->u.i : 0;
+    }
+    *out = col;
+    return S_INTS;
+}
+
+/* The entries' values by field, checked, with their runs: 0, or BAIL (left to Python). */
+static int prepare(P *p, uint32_t top, uint32_t entries, Prep *c) {
+    Node *el = &p->nodes[entries];
+    uint32_t n = el->len;
+    c->top = top;
+    c->n = n;
+    uint32_t *vals = c->vals = malloc((size_t)n * NF * 4 + 4);
+    if (!vals) return BAIL;
+    for (size_t j = 0; j < (size_t)n * NF; j++) vals[j] = NONE_NODE;
+    int has[NF] = {0};
+    for (uint32_t e = 0; e < n; e++) {
+        Node *d = &p->nodes[p->kids[el->u.off + e]];
+        if (d->kind != K_DICT) return BAIL;
+        p->budget -= d->len;
+        for (uint32_t j = 0; j < d->len; j += 2) {
+            uint32_t key = p->kids[d->u.off + j];
+            int f = p->nodes[key].keyfield; /* keys are memoised: each is looked up once */
+            if (f == -2) f = p->nodes[key].keyfield = (int8_t)field_of(p, key);
+            if (f < 0) continue;
+            vals[(size_t)e * NF + f] = p->kids[d->u.off + j + 1]; /* the last of duplicates */
+            has[f] = 1;
+        }
+    }
+    if (p->budget < 0) return BAIL;
+    for (int f = NSCALAR; f < NF; f++)
+        for (uint32_t e = 0; e < n; e++)
+            if (!SHAPE[f](p, vals[(size_t)e * NF + f])) return BAIL;
+    for (uint32_t e = 0; e < n; e++) /* pg_id takes part in the group runs */
+        if (!is_scalar(p, vals[(size_t)e * NF + F_PG_ID])) return BAIL;
+    for (int f = 0; f < NSCALAR; f++) {
+        int k = !has[f]       ? S_ABSENT
+                : INT_FIELD[f] ? int_kind(p, vals + f, n, NF, INT_FIELD[f] == 2, &c->ints[f])
+                               : S_LIST;
+        if (k == BAIL) return BAIL;
+        c->scalar[f] = (uint8_t)k;
+    }
+    for (int f = NSCALAR; f < NF; f++)
+        if (find_runs(p, vals + (f == F_PG ? F_PG_ID : f), f == F_PG ? vals + F_PG : NULL, n, NF,
+                      &c->change[f - NSCALAR], &c->count[f - NSCALAR]))
+            return BAIL;
+    return 0;
+}
+
+static int p_init(P *p, const uint8_t *d, Py_ssize_t n) {
+    memset(p, 0, sizeof(*p));
+    p->d = d;
+    p->n = n;
+    p->budget = 64 * (int64_t)n + 1000000;
+    /* sized for a usual dump (a node per ~15 bytes, a slot per ~10): few reallocs */
+    uint64_t want = (uint64_t)n / 12 + 1024;
+    if (want < MAX_NODES && (p->nodes = malloc(want * sizeof(Node)))) p->ncap = (uint32_t)want;
+    if (grow((void **)&p->kids, &p->kcap, (uint64_t)n / 8 + 1024, 4)) return BAIL;
+    /* the singletons None, True, False, then the ints 0..255 */
+    if (new_node(p, K_NONE) < 0 || new_node(p, K_TRUE) < 0 || new_node(p, K_FALSE) < 0)
+        return BAIL;
+    for (int v = 0; v < 256; v++)
+        if (int_node_only(p, v) < 0) return BAIL;
+    return 0;
+}
+
+/* frees a P; with the GIL once phase B made objects (before it, no node holds one) */
+static void release(P *p) {
+    if (p->nodes)
+        for (uint32_t i = 0; i < p->nn; i++) Py_XDECREF(p->nodes[i].obj);
+    free(p->nodes);
+    free(p->kids);
+    free(p->stack);
+    free(p->marks);
+    free(p->memo);
+    memset(p, 0, sizeof(*p));
+}
+
+enum { A_NONE, A_OK, A_MEMO };
+
+/* Phase A of data[0:n): A_OK (c prepared), A_MEMO (p->bad_memo) or A_NONE. */
+static int phase_a(P *p, const uint8_t *d, Py_ssize_t n, Prep *c) {
+    memset(c, 0, sizeof(*c));
+    if (p_init(p, d, n)) return A_NONE;
+    int64_t top = run(p);
+    if (p->bad_memo) return A_MEMO;
+    if (top < 0 || p->nodes[top].kind != K_DICT) return A_NONE;
+    Node *t = &p->nodes[top];
+    int64_t entries = -1;
+    for (uint32_t j = 0; j < t->len; j += 2)
+        if (str_is(p, p->kids[t->u.off + j], "entries")) entries = p->kids[t->u.off + j + 1];
+    if (entries < 0 || p->nodes[entries].kind != K_LIST || p->nodes[entries].len == 0)
+        return A_NONE;
+    return prepare(p, (uint32_t)top, (uint32_t)entries, c) ? A_NONE : A_OK;
+}
+
+/* ------------------------------------------------------------------ phase B: Python objects */
+
+static Int64s *int64s_adopt(int64_t *data, Py_ssize_t n) {
+    Int64s *o = PyObject_New(Int64s, &Int64sType);
+    if (!o) return NULL;
+    o->n = n;
+    o->data = data;
+    return o;
+}
+
+/* one structured field's (firsts, change) */
+static PyObject *runs_of(P *p, Prep *c, int f) {
+    uint32_t n = c->n, count = c->count[f - NSCALAR];
+    const uint8_t *change = c->change[f - NSCALAR];
+    const uint32_t *v = c->vals + (f == F_PG ? F_PG_ID : f);
+    const uint32_t *v2 = f == F_PG ? c->vals + F_PG : NULL;
+    PyObject *firsts = PyList_New(count), *ch = NULL, *out = NULL;
+    if (!firsts) return NULL;
     for (uint32_t i = 0, r = 0; i < n; i++) {
         if (!change[i]) continue;
-        PyObject *o = conv(p, v[(size_t)i * stride], 0);
+        PyObject *o = conv(p, v[(size_t)i * NF], 0);
         if (o && o != BAILED && v2) {
-            PyObject *o2 = conv(p, v2[(size_t)i * stride], 0);
+            PyObject *o2 = conv(p, v2[(size_t)i * NF], 0);
             if (!o2 || o2 == BAILED) {
                 Py_DECREF(o);
                 o = o2;
@@ -841,22 +1050,18 @@ static PyObject *runs(P *p, const uint32_t *v, const uint32_t *v2, uint32_t n, i
         }
         if (!o || o == BAILED) {
             Py_DECREF(firsts);
-            out = o;
-            goto done;
+            return o;
         }
         PyList_SET_ITEM(firsts, r++, o);
     }
-    if (count == 1) {
-        ch = Py_None;
-        Py_INCREF(ch);
-    } else if (count == n) {
-        ch = Py_True;
+    if (count == 1 || count == n) {
+        ch = count == 1 ? Py_None : Py_True;
         Py_INCREF(ch);
     } else {
         ch = PyList_New(n);
         if (!ch) {
             Py_DECREF(firsts);
-            goto done;
+            return NULL;
         }
         for (uint32_t i = 0; i < n; i++) {
             PyObject *b = change[i] ? Py_True : Py_False;
@@ -867,85 +1072,35 @@ static PyObject *runs(P *p, const uint32_t *v, const uint32_t *v2, uint32_t n, i
     out = PyTuple_Pack(2, firsts, ch);
     Py_DECREF(firsts);
     Py_DECREF(ch);
-done:
-    free(change);
     return out;
 }
 
-/* An Int64 field's values: (v,) when all are equal, an Int64s when they are ints (or None, for
- * a time), else NULL (no error set: built as a list). BAILED (error set) on failure. */
-static PyObject *int_column(P *p, const uint32_t *v, uint32_t n, int stride, int time) {
-    int same = 1;
-    for (uint32_t e = 0; e < n; e++) {
-        Node *nd = &p->nodes[v[(size_t)e * stride]];
-        if (!(nd->kind == K_INT || (time && nd->kind == K_NONE))) return NULL;
-        if (e && same) {
-            Node *first = &p->nodes[v[0]];
-            same = nd->kind == first->kind && (nd->kind == K_NONE || nd->u.i == first->u.i);
-        }
-    }
-    if (same) {
-        PyObject *o = conv(p, v[0], 0);
-        if (!o) goto failed;
-        PyObject *t = PyTuple_Pack(1, o);
-        Py_DECREF(o);
-        if (!t) goto failed;
-        return t;
-    }
-    Int64s *col = int64s_new(n);
-    if (!col) goto failed;
-    for (uint32_t e = 0; e < n; e++) {
-        Node *nd = &p->nodes[v[(size_t)e * stride]];
-        col->data[e] = nd->kind == K_INT ? nd->u.i : 0;
-    }
-    return (PyObject *)col;
-failed:
-    Py_INCREF(BAILED);
-    return BAILED;
-}
-
-static PyObject *columns(P *p, uint32_t top, uint32_t entries) {
-    Node *el = &p->nodes[entries];
-    uint32_t n = el->len;
+/* (top, n, scalars, structured) from a prepared dump; None when left to Python; NULL on error */
+static PyObject *build(P *p, Prep *c) {
+    uint32_t n = c->n;
+    const uint32_t *vals = c->vals;
     PyObject *result = NULL, *topdict = NULL, *scalars = NULL, *structured = NULL;
-    uint32_t *vals = malloc((size_t)n * NF * 4 + 4);
-    if (!vals) return PyErr_NoMemory();
-    for (size_t j = 0; j < (size_t)n * NF; j++) vals[j] = NONE_NODE;
-    int has[NF] = {0};
-    for (uint32_t e = 0; e < n; e++) {
-        Node *d = &p->nodes[p->kids[el->u.off + e]];
-        if (d->kind != K_DICT) goto bail;
-        p->budget -= d->len;
-        for (uint32_t j = 0; j < d->len; j += 2) {
-            uint32_t key = p->kids[d->u.off + j];
-            int f = p->nodes[key].keyfield; /* keys are memoised: each is looked up once */
-            if (f == -2) f = p->nodes[key].keyfield = (int8_t)field_of(p, key);
-            if (f < 0) continue;
-            vals[(size_t)e * NF + f] = p->kids[d->u.off + j + 1]; /* the last of duplicates */
-            has[f] = 1;
-        }
-    }
-    if (p->budget < 0) goto bail;
-    for (int f = NSCALAR; f < NF; f++)
-        for (uint32_t e = 0; e < n; e++) {
-            uint32_t v = vals[(size_t)e * NF + f];
-            if (!SHAPE[f](p, v)) goto bail;
-        }
-    for (uint32_t e = 0; e < n; e++) /* pg_id takes part in the group runs */
-        if (!is_scalar(p, vals[(size_t)e * NF + F_PG_ID])) goto bail;
-
     scalars = PyTuple_New(NSCALAR);
     if (!scalars) goto fail;
     for (int f = 0; f < NSCALAR; f++) {
-        PyObject *col;
-        if (!has[f]) {
+        PyObject *col = NULL;
+        if (c->scalar[f] == S_ABSENT) {
             col = Py_None;
             Py_INCREF(col);
-        } else if (INT_FIELD[f] && (col = int_column(p, vals + f, n, NF, INT_FIELD[f] == 2))) {
-            if (col == BAILED) {
-                Py_DECREF(col);
-                goto fail;
+        } else if (c->scalar[f] == S_CONST) {
+            PyObject *o = conv(p, vals[f], 0);
+            if (!o || o == BAILED) {
+                if (!o) goto fail;
+                Py_DECREF(o);
+                goto bail;
             }
+            col = PyTuple_Pack(1, o);
+            Py_DECREF(o);
+            if (!col) goto fail;
+        } else if (c->scalar[f] == S_INTS) {
+            col = (PyObject *)int64s_adopt(c->ints[f], n);
+            if (!col) goto fail;
+            c->ints[f] = NULL; /* the column owns it */
         } else {
             col = PyList_New(n);
             if (!col) goto fail;
@@ -965,8 +1120,7 @@ static PyObject *columns(P *p, uint32_t top, uint32_t entries) {
     structured = PyTuple_New(NF - NSCALAR);
     if (!structured) goto fail;
     for (int f = NSCALAR; f < NF; f++) {
-        PyObject *r = f == F_PG ? runs(p, vals + F_PG_ID, vals + F_PG, n, NF)
-                                : runs(p, vals + f, NULL, n, NF);
+        PyObject *r = runs_of(p, c, f);
         if (!r) goto fail;
         if (r == BAILED) {
             Py_DECREF(r);
@@ -975,7 +1129,7 @@ static PyObject *columns(P *p, uint32_t top, uint32_t entries) {
         PyTuple_SET_ITEM(structured, f - NSCALAR, r);
     }
     /* the top-level dict, its entries left out */
-    Node *t = &p->nodes[top];
+    Node *t = &p->nodes[c->top];
     topdict = PyDict_New();
     if (!topdict) goto fail;
     for (uint32_t j = 0; j < t->len; j += 2) {
@@ -986,9 +1140,7 @@ static PyObject *columns(P *p, uint32_t top, uint32_t entries) {
             Py_DECREF(ko);
             goto bail;
         }
-        int is_entries = p->nodes[k].kind == K_STR &&
-                         PyUnicode_CompareWithASCIIString(ko, "entries") == 0;
-        PyObject *vo = is_entries ? PyList_New(0) : conv(p, v, 1);
+        PyObject *vo = str_is(p, k, "entries") ? PyList_New(0) : conv(p, v, 1);
         if (!vo || vo == BAILED) {
             Py_DECREF(ko);
             if (!vo) goto fail;
@@ -1009,20 +1161,29 @@ bail:
     result = Py_None;
     Py_INCREF(result);
 fail:
-    free(vals);
     Py_XDECREF(topdict);
     Py_XDECREF(scalars);
     Py_XDECREF(structured);
     return result;
 }
 
-static void release(P *p) {
-    for (uint32_t i = 0; i < p->nn; i++) Py_XDECREF(p->nodes[i].obj);
-    free(p->nodes);
-    free(p->kids);
-    free(p->stack);
-    free(p->marks);
-    free(p->memo);
+/* Phase B: what parse() returns for a phase A outcome; frees p and c. */
+static PyObject *phase_b(P *p, Prep *c, int a) {
+    PyObject *out;
+    if (a == A_MEMO)
+        /* Python's unpickler would allocate 16 bytes per index up to it (and can bring in the
+         * OOM killer before a MemoryError): refused here */
+        out = PyUnicode_FromFormat("unreadable pickle (memo index %llu in a %zd-byte file); the "
+                                   "dump is damaged", (unsigned long long)p->bad_memo, p->n);
+    else if (a == A_OK)
+        out = build(p, c);
+    else {
+        out = Py_None;
+        Py_INCREF(out);
+    }
+    release(p);
+    prep_free(c);
+    return out;
 }
 
 static PyObject *parse(PyObject *self, PyObject *arg) {
@@ -1030,48 +1191,269 @@ static PyObject *parse(PyObject *self, PyObject *arg) {
     Py_buffer buf;
     if (PyObject_GetBuffer(arg, &buf, PyBUF_SIMPLE) < 0) return NULL;
     P p;
-    memset(&p, 0, sizeof(p));
-    p.d = buf.buf;
-    p.n = buf.len;
-    p.budget = 64 * (int64_t)buf.len + 1000000;
-    PyObject *out = NULL;
-    /* sized for a usual dump (a node per ~15 bytes, a slot per ~10): few reallocs */
-    uint64_t want = (uint64_t)buf.len / 12 + 1024;
-    if (want < MAX_NODES && (p.nodes = malloc(want * sizeof(Node)))) p.ncap = (uint32_t)want;
-    if (grow((void **)&p.kids, &p.kcap, (uint64_t)buf.len / 8 + 1024, 4)) goto bail;
-    /* the singletons None, True, False */
-    if (new_node(&p, K_NONE) < 0 || new_node(&p, K_TRUE) < 0 || new_node(&p, K_FALSE) < 0)
-        goto bail;
-    for (int v = 0; v < 256; v++)
-        if (int_node_only(&p, v) < 0) goto bail;
-    int64_t top = run(&p);
-    if (p.bad_memo) {
-        /* Python's unpickler would allocate 16 bytes per index up to it (and can bring in the
-         * OOM killer before a MemoryError): refused here */
-        out = PyUnicode_FromFormat("unreadable pickle (memo index %llu in a %zd-byte file); the "
-                                   "dump is damaged", (unsigned long long)p.bad_memo, p.n);
-        goto done;
-    }
-    if (top < 0 || p.nodes[top].kind != K_DICT) goto bail;
-    Node *t = &p.nodes[top];
-    int64_t entries = -1;
-    for (uint32_t j = 0; j < t->len; j += 2) {
-        uint32_t k = p.kids[t->u.off + j];
-        if (p.nodes[k].kind == K_STR &&
-            PyUnicode_CompareWithASCIIString(p.nodes[k].obj, "entries") == 0)
-            entries = p.kids[t->u.off + j + 1];
-    }
-    if (entries < 0 || p.nodes[entries].kind != K_LIST || p.nodes[entries].len == 0) goto bail;
-    out = columns(&p, (uint32_t)top, (uint32_t)entries);
-    goto done;
-bail:
-    out = Py_None;
-    Py_INCREF(out);
-done:
-    release(&p);
+    Prep c;
+    int a = phase_a(&p, buf.buf, buf.len, &c);
+    PyObject *out = phase_b(&p, &c, a);
     PyBuffer_Release(&buf);
     return out;
 }
+
+/* ------------------------------------------------------------------ Reader: phase A on threads
+ *
+ * Reader(paths, threads, ahead) reads files and runs phase A on `threads` threads of its own
+ * (no GIL, no Python), at most `ahead` dumps beyond the one taken last; take(i), in order, waits
+ * for dump i (doing it itself when no thread has started it) and runs phase B. */
+
+/* Files beyond this (flight_recorder.NATIVE_MAX_BYTES) are read by Python. */
+#define READER_MAX_BYTES ((Py_ssize_t)64 << 20)
+
+enum { R_FREE, R_BUSY, R_DONE };             /* slot states */
+enum { R_SKIP, R_REFUSED, R_PARSED, R_MEMO }; /* outcomes */
+
+typedef struct {
+    char *path;
+    int state, outcome;
+    uint8_t *data;
+    Py_ssize_t size;
+    double mtime;
+    P p;
+    Prep c;
+} Slot;
+
+typedef struct {
+    PyObject_HEAD
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    Slot *slots;
+    Py_ssize_t n, next, taken, ahead;
+    int stop, nthreads, started, taking;
+    pthread_t threads[4];
+} Reader;
+
+/* The file at s->path read whole (R_SKIP when it cannot be, or is not a regular file of at most
+ * READER_MAX_BYTES: Python reads it and says why), then phase A when it is a pickle. */
+static void slot_work(Slot *s) {
+    s->outcome = R_SKIP;
+    if (!s->path) return;
+    int fd = open(s->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return;
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size > READER_MAX_BYTES) {
+        close(fd);
+        return;
+    }
+    Py_ssize_t cap = (Py_ssize_t)st.st_size + 1, got = 0; /* one more byte: did it grow? */
+    uint8_t *buf = malloc((size_t)cap);
+    if (!buf) {
+        close(fd);
+        return;
+    }
+    for (;;) {
+        ssize_t r = read(fd, buf + got, (size_t)(cap - got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            free(buf);
+            close(fd);
+            return;
+        }
+        if (r == 0) break;
+        got += r;
+        if (got == cap) { /* it grew while read: Python reads it */
+            free(buf);
+            close(fd);
+            return;
+        }
+    }
+    close(fd);
+    s->data = buf;
+    s->size = got;
+    /* as os.stat_result.st_mtime is computed */
+    s->mtime = st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9;
+    s->outcome = R_REFUSED;
+    if (got < 2 || buf[0] != 0x80 || buf[1] < 2 || buf[1] > 5) return; /* not a pickle */
+    int a = phase_a(&s->p, buf, got, &s->c);
+    if (a == A_NONE) { /* no node holds a Python object yet: freed without the GIL */
+        release(&s->p);
+        prep_free(&s->c);
+        return;
+    }
+    s->outcome = a == A_OK ? R_PARSED : R_MEMO;
+}
+
+static void *reader_thread(void *arg) {
+    Reader *r = arg;
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop) {
+        while (r->next < r->n && r->slots[r->next].state != R_FREE) r->next++;
+        if (r->next >= r->n) break;
+        if (r->next >= r->taken + r->ahead) {
+            pthread_cond_wait(&r->cv, &r->mu);
+            continue;
+        }
+        Slot *s = &r->slots[r->next++];
+        s->state = R_BUSY;
+        pthread_mutex_unlock(&r->mu);
+        slot_work(s);
+        pthread_mutex_lock(&r->mu);
+        s->state = R_DONE;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+static void reader_stop(Reader *r) {
+    if (!r->slots) return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    for (int t = 0; t < r->started; t++) pthread_join(r->threads[t], NULL);
+    r->started = 0;
+}
+
+static void slot_free(Slot *s) {
+    release(&s->p);
+    prep_free(&s->c);
+    free(s->data);
+    s->data = NULL;
+}
+
+static void reader_dealloc(Reader *r) {
+    if (r->slots) {
+        Py_BEGIN_ALLOW_THREADS
+        reader_stop(r);
+        Py_END_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < r->n; i++) {
+            slot_free(&r->slots[i]);
+            free(r->slots[i].path);
+        }
+        free(r->slots);
+        pthread_cond_destroy(&r->cv);
+        pthread_mutex_destroy(&r->mu);
+    }
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static int reader_init(Reader *r, PyObject *args, PyObject *kwargs) {
+    static char *kw[] = {"paths", "threads", "ahead", NULL};
+    PyObject *paths;
+    int threads = 1;
+    Py_ssize_t ahead = 8;
+    if (r->slots) {
+        PyErr_SetString(PyExc_RuntimeError, "Reader already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|in", kw, &paths, &threads, &ahead))
+        return -1;
+    if (threads < 0 || threads > 4 || ahead < 1) {
+        PyErr_SetString(PyExc_ValueError, "threads: 0 to 4; ahead: 1 or more");
+        return -1;
+    }
+    PyObject *seq = PySequence_Fast(paths, "paths: a sequence of bytes");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Slot *slots = calloc((size_t)(n ? n : 1), sizeof(Slot));
+    if (!slots) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char *s;
+        Py_ssize_t len;
+        if (PyBytes_AsStringAndSize(PySequence_Fast_GET_ITEM(seq, i), &s, &len) < 0) {
+            for (Py_ssize_t j = 0; j < i; j++) free(slots[j].path);
+            free(slots);
+            Py_DECREF(seq);
+            return -1;
+        }
+        if ((Py_ssize_t)strlen(s) == len) /* else (a NUL inside) Python reads it: R_SKIP */
+            slots[i].path = strdup(s);
+    }
+    Py_DECREF(seq);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->slots = slots;
+    r->n = n;
+    r->ahead = ahead;
+    r->nthreads = threads;
+    for (int t = 0; t < threads && n > 1; t++) {
+        if (pthread_create(&r->threads[t], NULL, reader_thread, r)) break; /* fewer: slower */
+        r->started++;
+    }
+    return 0;
+}
+
+/* take(i) -> (kind, value, size, mtime): "parsed" and parse()'s result (never None), "memo"
+ * and its message, "data" and the file's bytes (not a pickle the native reader reads: for
+ * Python's readers), or "skip" and None (Python reads the file and says why it cannot). Dumps
+ * are taken in order, each once. */
+static PyObject *reader_take(Reader *r, PyObject *arg) {
+    Py_ssize_t i = PyLong_AsSsize_t(arg);
+    if (i == -1 && PyErr_Occurred()) return NULL;
+    if (!r->slots || i != r->taken || i >= r->n || r->taking) {
+        PyErr_SetString(PyExc_IndexError, "take() takes each dump once, in order");
+        return NULL;
+    }
+    r->taking = 1; /* another Python thread cannot take it while the GIL is released */
+    Slot *s = &r->slots[i];
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&r->mu);
+    if (s->state == R_FREE) { /* no thread has it: do it here */
+        s->state = R_BUSY;
+        pthread_mutex_unlock(&r->mu);
+        slot_work(s);
+        pthread_mutex_lock(&r->mu);
+        s->state = R_DONE;
+    }
+    while (s->state != R_DONE) pthread_cond_wait(&r->cv, &r->mu);
+    r->taken = i + 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    Py_END_ALLOW_THREADS
+    r->taking = 0;
+    PyObject *value = NULL;
+    const char *kind = "skip";
+    if (s->outcome == R_PARSED || s->outcome == R_MEMO) {
+        kind = s->outcome == R_PARSED ? "parsed" : "memo";
+        value = phase_b(&s->p, &s->c, s->outcome == R_PARSED ? A_OK : A_MEMO);
+        if (value == Py_None) { /* phase B left it to Python (nesting, budget) */
+            Py_DECREF(value);
+            s->outcome = R_REFUSED;
+        }
+    }
+    if (s->outcome == R_REFUSED) {
+        kind = "data";
+        value = PyBytes_FromStringAndSize((const char *)s->data, s->size);
+    } else if (s->outcome == R_SKIP) {
+        kind = "skip";
+        value = Py_None;
+        Py_INCREF(value);
+    }
+    Py_ssize_t size = s->size;
+    double mtime = s->mtime;
+    slot_free(s);
+    if (!value) return NULL;
+    PyObject *out = Py_BuildValue("(sNnd)", kind, value, size, mtime);
+    return out;
+}
+
+static PyMethodDef reader_methods[] = {
+    {"take", (PyCFunction)reader_take, METH_O,
+     "take(i) -> (kind, value, size, mtime): dump i, in order (see the module)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject ReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ddp_autopsy.analyzer._frpickle.Reader",
+    .tp_basicsize = sizeof(Reader),
+    .tp_dealloc = (destructor)reader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Reader(paths, threads=1, ahead=8): files read and parsed ahead on threads.",
+    .tp_methods = reader_methods,
+    .tp_init = (initproc)reader_init,
+    .tp_new = PyType_GenericNew,
+};
 
 static PyMethodDef methods[] = {
     {"parse", parse, METH_O, "A Flight Recorder pickle as columns, or None (see the module)."},
@@ -1087,6 +1469,9 @@ PyMODINIT_FUNC PyInit__frpickle(void) {
     if (!m) return NULL;
     Py_INCREF(&Int64sType);
     if (PyModule_AddObject(m, "Int64s", (PyObject *)&Int64sType) < 0) return NULL;
+    if (PyType_Ready(&ReaderType) < 0) return NULL;
+    Py_INCREF(&ReaderType);
+    if (PyModule_AddObject(m, "Reader", (PyObject *)&ReaderType) < 0) return NULL;
     BAILED = PyList_New(0);
     if (!BAILED) return NULL;
     PyObject *names = PyTuple_New(NF);

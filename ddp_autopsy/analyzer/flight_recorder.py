@@ -43,7 +43,9 @@ compiler is there): it runs the opcodes on nodes of its own and returns the entr
 without a Python object per entry (Int64 fields reach polars as one buffer, structured fields as
 runs of equal neighbours). It reads only plain data of the usual shape and leaves anything else
 to the restricted unpickler, so every dump reads as that unpickler path reads it
-(``tests/test_fr_native.py``); ``DDP_AUTOPSY_FR_NATIVE=0`` turns it off.
+(``tests/test_fr_native.py``); ``DDP_AUTOPSY_FR_NATIVE=0`` turns it off. Its opcode loop
+touches no Python object, so files are read and parsed on a thread of their own, ahead of the
+Python work (``fr_reader.read_native``).
 
 **Naming.** torch writes ``<prefix><global rank>`` (``nccl_trace_rank_3``,
 ``comm_lib_trace_rank_3``); people and tools also use ``<host>_rank3``, ``trace-node7-3.json``,
@@ -344,14 +346,31 @@ class DumpReader:
     def add(self, data: bytes, source: str, *, rank: int | None = None,
             host: str | None = None, mtime: float | None = None) -> FRDump:
         """Read one dump (see :func:`read_dump`); its entries follow with its batch."""
+        dump = self._dump(source, rank, host, mtime, len(data))
+        return self._read(dump, data, _PARSE)
+
+    def add_parsed(self, parsed: Any, data: bytes | None, size: int, source: str, *,
+                   rank: int | None = None, host: str | None = None,
+                   mtime: float | None = None) -> FRDump:
+        """:meth:`add` of a dump of ``size`` bytes the native reader has seen already
+        (``_frpickle.Reader``): ``parsed`` is what it returned (``None``: Python reads
+        ``data``)."""
+        dump = self._dump(source, rank, host, mtime, size)
+        return self._read(dump, data if data is not None else b"", parsed)
+
+    def _dump(self, source: str, rank: int | None, host: str | None, mtime: float | None,
+              size: int) -> FRDump:
         name_rank, name_host = dump_identity(source)
-        dump = FRDump(source=source, rank=rank if rank is not None else name_rank,
-                      host=host or name_host, format="unknown", status="ok", bytes=len(data),
+        return FRDump(source=source, rank=rank if rank is not None else name_rank,
+                      host=host or name_host, format="unknown", status="ok", bytes=size,
                       dumped_at=datetime.fromtimestamp(mtime, timezone.utc) if mtime else None)
+
+    def _read(self, dump: FRDump, data: bytes, parsed: Any) -> FRDump:
         gc_was_on = gc.isenabled()
         gc.disable()  # unpickling builds many containers and no cycles: skip the collector
         try:
-            parsed = _parse_native(data) if self.native else None
+            if parsed is _PARSE:
+                parsed = _parse_native(data) if self.native else None
             if isinstance(parsed, str):  # damaged in a way Python's unpickler handles badly
                 dump.format = "pickle"
                 raise FRDumpError("corrupt", parsed)
@@ -378,6 +397,10 @@ class DumpReader:
         pending, self._pending, self._rows = self._pending, [], 0
         if pending:
             _tabulate(pending)
+
+
+#: ``DumpReader._read``: the native reader has not seen the data yet.
+_PARSE = object()
 
 
 def native_available() -> bool:
@@ -826,7 +849,7 @@ _STRUCTURED = ("profiling_name", "input_sizes", "input_dtypes", "output_sizes", 
                "frames")
 
 _FIELDS = (*(k for k, _ in _RAW.values()), "process_group", *_STRUCTURED)
-if _frpickle is not None and _FIELDS != _frpickle.FIELDS:
+if _frpickle is not None and (_FIELDS != _frpickle.FIELDS or not hasattr(_frpickle, "Reader")):
     _frpickle = None  # built from another version of this module: not used
 
 

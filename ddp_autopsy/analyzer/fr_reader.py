@@ -1,8 +1,13 @@
 """Reading many Flight Recorder dumps on two cores.
 
-Reading a dump holds the GIL (2,000 entries: ~1.5–3 ms with the native reader, ~6 ms with
-Python's unpickler; 1,024 ranks: ~2–6 s in all), so a second core helps only from a second
-process. :func:`read_files` starts one helper process
+With the native reader (``_frpickle``), :func:`read_native`: a thread of its own reads each
+file and runs its opcodes without the GIL (phase A, ~1 ms per 2,000-entry dump), up to
+:data:`AHEAD` dumps ahead, while the caller makes the Python objects and frames of the dumps
+already parsed (phase B and :class:`~ddp_autopsy.analyzer.flight_recorder.DumpReader`). One
+process, no transfer: both cores are busy, and memory stays that of one process.
+
+Without it, reading a dump holds the GIL (~6 ms with Python's unpickler), so a second core
+helps only from a second process. :func:`read_files` starts one helper process
 (``python -m ddp_autopsy.analyzer.fr_reader DIR``, not ``multiprocessing``: nothing of the
 caller's ``__main__`` is imported again) when there are enough dumps and a second core. Both
 take dumps from a shared list, the caller from the front and the helper from the back, so the
@@ -16,8 +21,9 @@ meeting point both may read the same dump; the caller's copy is kept. If the hel
 (cannot start, crashes, is killed, writes something unreadable), the caller reads what it had
 claimed: the result is the same, only slower.
 
-``DDP_AUTOPSY_WORKERS=0`` turns the helper off; ``DDP_AUTOPSY_WORKERS=1`` starts it for any
-two dumps or more (tests); unset, it is started for 32 dumps and 48 MB or more, on two cores.
+``DDP_AUTOPSY_WORKERS=0`` turns the thread and the helper off; ``DDP_AUTOPSY_WORKERS=1``
+starts the helper for any two dumps or more when the native reader is off (tests); unset, it
+is started for 32 dumps and 48 MB or more, on two cores.
 """
 
 from __future__ import annotations
@@ -43,7 +49,9 @@ from ddp_autopsy.analyzer.flight_recorder import (
     MAX_DUMP_BYTES,
     DumpReader,
     FRDump,
+    _frpickle,
     dump_identity,
+    native_available,
     read_dump,
 )
 
@@ -107,6 +115,8 @@ def read_files(files: Sequence[DumpFile], *, helper: bool | None = None,
                command: Sequence[str] = HELPER_COMMAND) -> list[FRDump]:
     """Read dumps from disk, in input order; with a helper process when it pays (``helper``
     forces the choice; ``command`` starts it and gets the work directory as last argument)."""
+    if helper is None and native_available():
+        helper = False  # reading on threads (read_native) costs less than a second process
     if helper is None:
         sizes = []
         for f in files:
@@ -117,12 +127,52 @@ def read_files(files: Sequence[DumpFile], *, helper: bool | None = None,
         helper = helper_wanted(files, sizes)
     if not helper or len(files) < 2:
         with DumpReader() as reader:
+            if reader.native and len(files) >= 2:
+                return read_native(files, reader)
             return [read_file(f, reader) for f in files]
     workdir = Path(tempfile.mkdtemp(prefix="ddp-autopsy-fr-"))
     try:
         return _read_with_helper(files, workdir, command)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def reader_threads() -> int:
+    """Threads that read and parse ahead of the caller: one on two cores or more (the caller
+    is busy with the rest), none with ``DDP_AUTOPSY_WORKERS=0`` or one core."""
+    setting = os.environ.get("DDP_AUTOPSY_WORKERS", "").strip()
+    if setting.isdigit():
+        return min(int(setting), 1)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return 1 if cores >= 2 else 0
+
+
+#: How many dumps the threads read ahead of the caller (memory: ~3x each dump's size).
+AHEAD = 8
+
+
+def read_native(files: Sequence[DumpFile], reader: DumpReader) -> list[FRDump]:
+    """Read dumps with the native reader's threads (``_frpickle.Reader``): they read each file
+    and run the opcodes without the GIL, ahead of the caller, which makes the Python objects
+    and frames; what they cannot read (not a pickle, too large, an I/O error) is read here as
+    :func:`read_file` reads it."""
+    native = _frpickle.Reader([os.fsencode(f.path) for f in files], reader_threads(), AHEAD)
+    out = []
+    for i, f in enumerate(files):
+        try:
+            kind, value, size, mtime = native.take(i)
+        except Exception:  # e.g. MemoryError making its objects: read here
+            kind = "skip"
+        if kind == "skip":
+            out.append(read_file(f, reader))
+        else:
+            out.append(reader.add_parsed(value if kind != "data" else None,
+                                         value if kind == "data" else None, size, f.source,
+                                         host=f.host, mtime=mtime))
+    return out
 
 
 def _read_with_helper(files: Sequence[DumpFile], workdir: Path,
