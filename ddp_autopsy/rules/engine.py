@@ -191,6 +191,11 @@ def _explains(a: Finding, b: Finding) -> bool:
     if a.cause == "job_terminated" and b.cause == "rank_crashed":
         # The crashes that followed the signal are its consequence; an earlier one is not.
         return a.ts is None or b.ts is None or a.ts <= b.ts
+    if {a.cause, b.cause} == {"rank_crashed", "rank_stuck_outside_collective"}:
+        # A rank that died is one the others wait for: the crash explains "some rank never
+        # reached the collective" when that rank is unknown or is the crashed one, never the
+        # other way round.
+        return a.cause == "rank_crashed" and (not rb or bool(ra & rb))
     if b.cause == "rank_crashed" and a.cause not in GENERIC:
         # A specific failure explains the crash of the ranks it names (or of any rank when it is
         # not rank-specific, like a port or a host).

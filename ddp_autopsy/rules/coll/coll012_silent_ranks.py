@@ -87,6 +87,14 @@ class SilentRanks(Rule):
         if not world or world < 2:
             return
         silent = set(range(world)) - waiting - set(job.crashes.ranks)
+        # A monitored barrier names the ranks that did not arrive: only those are silent (and
+        # none when they are the ones that crashed).
+        named = {int(x) for r in job.rows("monitored_barrier_failed")
+                 for x in str(r["data"].get("ranks", "")).replace(",", " ").split() if x.isdigit()}
+        if named:
+            silent &= named
+            if not silent:
+                return
         if _own_crashes(job):
             # A rank failed by itself: the ranks its launcher then stopped were torn down
             # because of it, not silent (CRASH001 tells that story).

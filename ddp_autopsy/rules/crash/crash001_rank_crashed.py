@@ -3,9 +3,12 @@
 ## What it detects
 The first rank to fail: torchelastic's "Root Cause (first observed failure)" entry (exit code or
 signal), a rank's own Python exception (not one that only reports a dead peer), a
-`torch.multiprocessing.spawn` child that raised or was killed. Exceptions that merely report
-another rank's death ("Connection closed by peer", "Failed to recv, got 0 bytes",
-ncclRemoteError, watchdog timeouts, agents' SIGTERMs) are not counted as first failures.
+`torch.multiprocessing.spawn` child that raised or was killed, a rank whose CUDA context died of a
+sticky error (an illegal memory access, a device-side assert, even when only its watchdog thread
+re-raised it). Exceptions that merely report another rank's death ("Connection closed by peer",
+"Failed to recv, got 0 bytes", ncclRemoteError, watchdog timeouts, agents' SIGTERMs) are not
+counted as first failures, nor is the SIGABRT (-6) with which torch's watchdog ends its own
+process after a timeout.
 
 ## Why it hangs or kills the job
 When one rank dies, the others block in their next collective until the peer connection drops
@@ -129,6 +132,23 @@ class RankCrashed(Rule):
                          "frame": first["data"].get("frame"), "exitcode": code},
             )
             return
+        # A sticky CUDA error kills its process's CUDA context: the rank it names is gone, even
+        # when only its watchdog thread re-raised it ("Process group watchdog thread terminated
+        # with exception: CUDA error: an illegal memory access was encountered").
+        fatal = earliest_first(r for r in job.rows("cuda_failure")
+                               if r["rank"] is not None and STICKY_CUDA.search(r["text"]))
+        if fatal:
+            ranks = {r["rank"] for r in fatal}
+            first = fatal[0]
+            yield self.finding(
+                f"{subject(ranks, 'A rank')} failed first: CUDA error: "
+                f"{first['data'].get('err') or STICKY_CUDA.search(first['text']).group(0)}, which "
+                "ends its process (a bad kernel or memory access: in its own code, an extension, or "
+                "the NCCL/CUDA build for this GPU).",
+                evidence=[evidence_of(r) for r in fatal[:2]], ranks=ranks,
+                hosts=[r["host"] for r in fatal], confidence=0.7, ts=first["ts"],
+                details={"cuda_error": first["data"].get("err")})
+            return
         if roots:
             roots = earliest_first(roots)
             root = roots[0]
@@ -165,8 +185,13 @@ class RankCrashed(Rule):
             return
         # The launcher's own line is all there is: "failed (exitcode: 2) local_rank: 0 (pid: N)"
         # (torchelastic, no failure summary) or DeepSpeed's "... exits with return code = 1".
+        # torch's watchdog ends its process with an uncaught C++ exception (SIGABRT) after a
+        # timeout or an NCCL error: that abort is the watchdog's report, not a crash of its own.
+        aborted = {r["rank"] for r in job.rows(*WATCHDOG_ABORTS)}
         exits = earliest_first(r for r in job.rows("worker_failed", "worker_signal")
-                               if _crash_exit(_exit_code(r["data"])))
+                               if _crash_exit(_exit_code(r["data"]))
+                               and not (_exit_code(r["data"]) == -6
+                                        and (r["rank"] in aborted or None in aborted)))
         if exits:
             d, rank = exits[0]["data"], exits[0]["rank"]
             d = {**d, "exitcode": _exit_code(d)}
@@ -209,6 +234,14 @@ def _crash_exit(code: object) -> bool:
 
 
 NCCL_ERROR = re.compile(r"NCCL error(?: in)?:")
+#: CUDA errors that leave the context unusable (cudaErrorIllegalAddress, ...LaunchFailure,
+#: ...Assert, ...MisalignedAddress, ...IllegalInstruction, ...HardwareStackError).
+STICKY_CUDA = re.compile(
+    r"CUDA error: (?:an illegal memory access was encountered|unspecified launch failure"
+    r"|device-side assert triggered|misaligned address|an illegal instruction was encountered"
+    r"|hardware stack error)")
+#: What torch's watchdog prints before it takes its process down.
+WATCHDOG_ABORTS = ("watchdog_timeout", "watchdog_abort", "nccl_teardown")
 
 #: Where the launcher's own code raises: torchelastic's agent and rendezvous, torchrun itself.
 LAUNCHER_CODE = re.compile(
