@@ -138,6 +138,19 @@ def test_ray_prefixes_name_a_worker_not_a_rank() -> None:
         3, 2372, "10.0.1.5", "w=2372@10.0.1.5", OOM)
 
 
+def test_vllm_worker_prefix_and_level_first_logger() -> None:
+    """vLLM's multiprocessing workers: "(VllmWorker rank=1 pid=4888) INFO 07-08 10:09:09
+    [utils.py:1126] msg"; its engine core logs "ERROR 07-08 10:09:09 [core.py:583] msg"."""
+    worker = parse_line("(VllmWorker rank=1 pid=4888) INFO 07-08 10:09:09 [utils.py:1126] "
+                        "Found nccl from library libnccl.so.2", 2025)
+    assert (worker.rank, worker.pid, worker.level, worker.ts, worker.body) == (
+        1, 4888, "I", datetime(2025, 7, 8, 10, 9, 9), "Found nccl from library libnccl.so.2")
+    core = parse_line("ERROR 07-08 10:09:09 [core.py:583] RuntimeError: Worker failed", 2025)
+    assert (core.rank, core.level, core.body) == (None, "E", "RuntimeError: Worker failed")
+    # Ray's own prefix names a process, not a rank
+    assert parse_line("(RayWorkerWrapper pid=1978, ip=10.41.0.8) msg", 2025).rank is None
+
+
 def test_glog_with_and_without_a_rank_prefix() -> None:
     run001 = f"[rank15]:{WATCHDOG}"
     run003 = ("[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: "

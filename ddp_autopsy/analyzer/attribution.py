@@ -34,7 +34,7 @@ import polars as pl
 WRITER_CUES = (
     "torch [rankN]: prefix", "launcher prefix rank", "mpirun [job,rank] prefix",
     "message [Rank N]", "Lightning [rank: N] prefix", "Lightning GLOBAL_RANK line",
-    "[RANK N] prefix", "file name", "bundle manifest",
+    "[RANK N] prefix", "worker prefix rank=N", "file name", "bundle manifest",
 )
 TASK_CUE = "srun --label task id (confirmed by ranked lines)"
 SLOT_CUE = "launcher prefix [N]: (confirmed by ranked lines)"

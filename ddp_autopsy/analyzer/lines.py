@@ -136,9 +136,16 @@ NCCL = re.compile(
     r"(?:INFO|WARN|TRACE|CALL)\b"
 )
 # Ray: "(RayTrainWorker pid=2372, ip=10.0.1.5) msg", "(pid=123, ip=10.0.0.1) msg": a worker
-# process, not a rank (its "[rankN]:" may follow).
+# process, not a rank (its "[rankN]:" may follow). vLLM's multiprocessing workers name their rank
+# the same way: "(VllmWorker rank=1 pid=4888) msg".
 RAY = re.compile(
-    r"^\((?:(?P<actor>[A-Za-z_][\w.:-]*) )?pid=(?P<pid>\d+)(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ?"
+    r"^\((?:(?P<actor>[A-Za-z_][\w.:-]*) )?(?:rank=(?P<rank>\d+) )?pid=(?P<pid>\d+)"
+    r"(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ?"
+)
+# vLLM / SGLang's logger: "ERROR 07-08 10:09:09 [core.py:583] msg" (level, month-day, time, source)
+LEVEL_FIRST = re.compile(
+    r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mm>\d\d)-(?P<dd>\d\d) "
+    r"(?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))? \[[\w./-]+:\d+\] "
 )
 # kubectl logs --prefix: "[pod/trainer-worker-0/pytorch] msg"
 KUBECTL = re.compile(r"^\[pod/(?P<pod>[^/\]\s]+)(?:/(?P<container>[^\]\s]+))?\] ?")
@@ -411,7 +418,8 @@ _LINE_TOKENS = (
     r"\[[A-Za-z_][A-Za-z0-9_-]*[0-9]+(?:[|:][0-9]+)?\]: ?",  # [default0]: [rank3]: [trainer0|5]:
     r"\[(?:rank: |RANK )[0-9]+\] ",  # Lightning, "[RANK 4] "
     r"\[[0-9]+,[0-9]+\]<std[a-z]+>: ?",  # mpirun
-    r"\((?:[A-Za-z_][A-Za-z0-9_.:-]* )?pid=[0-9]+(?:, ip=[0-9A-Fa-f.:]+)?\) ?",  # Ray
+    # Ray, vLLM
+    r"\((?:[A-Za-z_][A-Za-z0-9_.:-]* )?(?:rank=[0-9]+ )?pid=[0-9]+(?:, ip=[0-9A-Fa-f.:]+)?\) ?",
     r"\[pod/[^\] ]+\] ?",  # kubectl
 )
 _STAMP = (r"\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?"
@@ -542,8 +550,17 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
             info.level = info.level or LEVELS.get(m.group("level"))
             body = body[m.end() :]
             continue
+        m = LEVEL_FIRST.match(body)
+        if m:
+            info.level = info.level or LEVELS.get(m.group("level"))
+            _stamp(info, timestamps.glog(str(int(m.group("mm")) * 100 + int(m.group("dd"))),
+                                         m.group("hms"), m.group("frac"), ref))
+            body = body[m.end() :]
+            continue
         m = RAY.match(body)
         if m:
+            if m.group("rank") is not None and info.rank is None:
+                info.rank, info.cue = int(m.group("rank")), "worker prefix rank=N"
             info.pid = int(m.group("pid"))
             info.host = info.host or m.group("ip")
             parts.append(f"w={m.group('pid')}" + (f"@{m.group('ip')}" if m.group("ip") else ""))

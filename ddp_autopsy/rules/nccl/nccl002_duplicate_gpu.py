@@ -5,7 +5,9 @@ NCCL's "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 1a000" (2
 "Multiple ranks detected using the same GPU" / "Multiple Ranks are using the same GPU" (2.30+).
 Without that line (older NCCL, or NCCL_DEBUG unset), NCCL's "invalid usage" at start-up in a
 one-node job whose processes see fewer GPUs than it has ranks (Lightning's "LOCAL_RANK: 0 -
-CUDA_VISIBLE_DEVICES: [0]" with "MEMBER: 2/2") is reported at a lower confidence.
+CUDA_VISIBLE_DEVICES: [0]" with "MEMBER: 2/2") is reported at a lower confidence; a bare "NCCL
+error: invalid usage" before any collective ran, with nothing else said, lower still: two ranks on
+one GPU is by far that error's most common cause at start-up.
 
 ## Why it hangs or kills the job
 NCCL refuses to build a communicator with two ranks on one device (ncclInvalidUsage): process
@@ -30,11 +32,14 @@ Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 2000
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, subject
+
+INVALID_USAGE = re.compile(r"NCCL error[^\n]*?invalid usage|ncclInvalidUsage")
 
 
 class DuplicateGpu(Rule):
@@ -67,6 +72,9 @@ class DuplicateGpu(Rule):
                    if "invalid usage" in str(r["data"].get("estr", ""))]
         seen = job.rows("visible_devices")
         worlds = [r["data"]["world"] for r in job.rows("run_start") if "world" in r["data"]]
+        if not (seen and worlds):
+            yield from self._bare_invalid_usage(job)
+            return
         if not invalid or not seen or not worlds or declared_nodes(job.events) > 1:
             return
         devices = {d.strip() for r in seen for d in r["data"]["devices"].split(",") if d.strip()}
@@ -79,3 +87,19 @@ class DuplicateGpu(Rule):
             f"(CUDA_VISIBLE_DEVICES: [{', '.join(sorted(devices))}]), and NCCL refused the "
             "communicator with 'invalid usage': several ranks use the same GPU.",
             ranks=(), confidence=0.6, details={"devices": sorted(devices), "world_size": world})
+
+    def _bare_invalid_usage(self, job: Job) -> Iterator[Finding]:
+        """NCCL's 'invalid usage' with nothing else said (NCCL prints its reason only at
+        NCCL_DEBUG=WARN): two ranks on one GPU is by far its most common cause at start-up,
+        so it is named, at a low confidence, when the job had not started its collectives."""
+        if job.rows("watchdog_timeout", "coll_progress", "nccl_message_truncated",
+                    "collective_fingerprint_mismatch"):
+            return
+        invalid = [r for r in job.rows("nccl_error", "exception")
+                   if INVALID_USAGE.search(r["text"])]
+        if not invalid:
+            return
+        yield self.from_rows(
+            invalid, "NCCL refused the communicator with 'invalid usage' and gave no reason "
+            "(NCCL_DEBUG=WARN prints it): most often two ranks were given the same GPU.",
+            shown=2, ranks=(), confidence=0.4, details={"inferred": True})

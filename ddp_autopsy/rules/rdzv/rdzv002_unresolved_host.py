@@ -47,10 +47,14 @@ class UnresolvedHost(Rule):
         if not rows:
             return
         hosts = sorted({r["data"]["host"] for r in rows if r["data"].get("host")})
-        named = ", ".join(hosts) if hosts else "a rendezvous host"
+        named = ", ".join(hosts) if hosts else "A rendezvous host"
         terminal = job.rows(*TERMINAL) + [
             r for r in job.rows("exception") if any(h in r["text"] for h in hosts)
         ]
+        # The resolution error is itself a traceback's exception ("ValueError: host not found:
+        # ..."): it ended that process, whatever the agent did after it (a restart is no progress).
+        at = {(r["source"], r["line"]) for r in rows}
+        terminal += [r for r in job.rows("exception") if (r["source"], r["line"]) in at]
         last_line = max(r["line"] for r in rows)
         source = rows[-1]["source"]
         # A traceback after the last warning: the process died there, even when the paste cuts
@@ -74,7 +78,7 @@ class UnresolvedHost(Rule):
             )
         else:
             yield self.finding(
-                f"Resolution warnings for {named}, but the job went on: not a failure by itself.",
+                f"Resolution warnings for {named[0].lower() + named[1:] if not hosts else named}, but the job went on: not a failure by itself.",
                 evidence=evidence, role="info", severity="info", confidence=0.5,
                 ts=first_ts(rows), details={"hosts": hosts},
             )
