@@ -262,6 +262,23 @@ PATTERNS: tuple[Pattern, ...] = (
         rank=int,
         root=int,
     ),
+    # Horovod's stall inspector (horovod/common/operations.cc, stall_inspector.cc): "One or more
+    # tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are
+    # waiting for remainder of ranks for more than 60 seconds. ..." then, up to 0.19, one
+    # "<tensor> [missing ranks: 1]" or "<tensor> [ready ranks: 1, 7, 5]" per stalled tensor
+    # (after "Stalled ops:"), from 0.20 "Missing ranks:" and one "<rank>: [<tensors>]" per rank.
+    _p(
+        "horovod_stall",
+        "waiting for remainder of ranks",
+        r"submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for "
+        r"remainder of ranks for more than (?P<seconds>\d+) seconds",
+        seconds=int,
+    ),
+    _p(
+        "horovod_stalled_tensor",
+        ("[missing ranks: ", "[ready ranks: "),
+        r"(?P<tensor>[^\s\[\],]+) \[(?P<which>missing|ready) ranks: (?P<ranks>\d+(?:, \d+)*)\]",
+    ),
     # M10: "[Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 1800000 ms"
     _p(
         "monitored_barrier_failed",
@@ -1075,6 +1092,8 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "desync_not_finished": {"failure"},
     "desync_timeout_at": {"failure"},
     "monitored_barrier_failed": {"failure", "hang", "lost_peer"},
+    "horovod_stall": {"failure", "hang"},
+    "horovod_stalled_tensor": {"failure"},
     "monitored_barrier_timeout": {"failure"},
     "monitored_barrier_peer_error": {"failure"},
     "collective_fingerprint_mismatch": {"failure", "mismatch"},

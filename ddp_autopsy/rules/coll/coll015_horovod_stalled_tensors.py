@@ -1,0 +1,77 @@
+"""Horovod's stall inspector: some ranks never submitted the tensors the others wait to reduce.
+
+## What it detects
+Horovod's coordinator warning that "One or more tensors were submitted to be reduced, gathered or
+broadcasted by subset of ranks and are waiting for remainder of ranks for more than 60 seconds",
+with the stalled tensors it lists: "<tensor> [missing ranks: 1]" names the ranks that did not
+submit it; "<tensor> [ready ranks: 1, 7, 5, 4, 6, 0]" names the ones that did, and the others
+(up to the highest rank the inputs show) are missing.
+
+## Why it hangs or kills the job
+Every rank must submit the same tensors, in any order, for Horovod to run the collective: a rank
+that is elsewhere (evaluating, checkpointing, blocked on data), has crashed, or submits tensors
+under other names leaves the rest waiting forever (or until `HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`).
+
+## Evidence
+The stall warning and the stalled tensors with their missing or ready ranks.
+
+## Remedy
+Look at what the missing ranks were doing (their last lines; `py-spy dump` of their processes):
+rank-local work between collectives, a data loader that ran out early on those ranks, or a
+branch that skips a `hvd.allreduce`/`hvd.broadcast`. Give every rank the same number of steps
+and call the same Horovod operations, with the same names, on every rank.
+
+## Example
+```
+[1,0]<stderr>:[2019-04-13 13:56:31.861697: W horovod/common/operations.cc:588] One or more tensors were submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for remainder of ranks for more than 60 seconds. This may indicate that different ranks are trying to submit different tensors or that only subset of ranks is submitting tensors, which will cause deadlock.
+[1,0]<stderr>:Stalled ops:HorovodBroadcast_dense_1_bias_0 [missing ranks: 1]
+```
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule, rank_phrase
+
+
+def _ranks(text: str) -> set[int]:
+    return {int(x) for x in text.replace(",", " ").split() if x.isdigit()}
+
+
+class HorovodStalledTensors(Rule):
+    code = "COLL015"
+    slug = "horovod-stalled-tensors"
+    cause = "rank_stuck_outside_collective"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        tensors = job.rows("horovod_stalled_tensor")
+        stalls = job.rows("horovod_stall")
+        if not tensors and not stalls:
+            return
+        missing: Counter[int] = Counter()
+        ready: set[int] = set()
+        for r in tensors:
+            if r["data"]["which"] == "missing":
+                missing.update(_ranks(r["data"]["ranks"]))
+            else:
+                ready |= _ranks(r["data"]["ranks"])
+        if ready and not missing:
+            seen = set(job.events["rank"].drop_nulls().to_list())
+            world = max(ready | seen) + 1
+            missing.update(set(range(world)) - ready)
+        # The ranks missing from the most tensors: the others may only lag behind them.
+        top = max(missing.values(), default=0)
+        culprits = {r for r, n in missing.items() if n == top}
+        names = sorted({r["data"]["tensor"] for r in tensors})
+        what = (f"{len(names)} tensor{'s' if len(names) != 1 else ''} ({', '.join(names[:2])}"
+                f"{', ...' if len(names) > 2 else ''})" if names else "tensors")
+        who = rank_phrase(culprits, empty="Some ranks")
+        yield self.from_rows(
+            [*stalls[:1], *tensors[:2]],
+            f"{who[0].upper()}{who[1:]} never submitted {what} that the other ranks wait to "
+            "reduce, gather or broadcast (Horovod's stall inspector).",
+            shown=3, ranks=culprits, confidence=0.8 if culprits else 0.5,
+            details={"missing": dict(sorted(missing.items())), "tensors": names[:20]})
