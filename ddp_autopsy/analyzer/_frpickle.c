@@ -1202,7 +1202,8 @@ static PyObject *parse(PyObject *self, PyObject *arg) {
  *
  * Reader(paths, threads, ahead) reads files and runs phase A on `threads` threads of its own
  * (no GIL, no Python), at most `ahead` dumps beyond the one taken last; take(i), in order, waits
- * for dump i (doing it itself when no thread has started it) and runs phase B. */
+ * for dump i (doing it itself when no thread has started it, and the next ones while a thread
+ * is on it) and runs phase B. */
 
 /* Files beyond this (flight_recorder.NATIVE_MAX_BYTES) are read by Python. */
 #define READER_MAX_BYTES ((Py_ssize_t)64 << 20)
@@ -1407,7 +1408,21 @@ static PyObject *reader_take(Reader *r, PyObject *arg) {
         pthread_mutex_lock(&r->mu);
         s->state = R_DONE;
     }
-    while (s->state != R_DONE) pthread_cond_wait(&r->cv, &r->mu);
+    while (s->state != R_DONE) {
+        /* a thread has it: rather than wait, parse the next dump no thread has started */
+        Py_ssize_t j = r->next > i + 1 ? r->next : i + 1;
+        while (j < r->n && j < i + r->ahead && r->slots[j].state != R_FREE) j++;
+        if (j < r->n && j < i + r->ahead) {
+            r->slots[j].state = R_BUSY;
+            pthread_mutex_unlock(&r->mu);
+            slot_work(&r->slots[j]);
+            pthread_mutex_lock(&r->mu);
+            r->slots[j].state = R_DONE;
+            pthread_cond_broadcast(&r->cv);
+            continue;
+        }
+        pthread_cond_wait(&r->cv, &r->mu);
+    }
     r->taken = i + 1;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
