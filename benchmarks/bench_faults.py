@@ -57,24 +57,25 @@ FR_NOTE = (
 )
 
 
-# Why a cell stays wrong: (fault, position, mode) -> the limit of the evidence, in any topology
-# where the cell is wrong (a right cell carries no note).
-LIMITS: dict[tuple[str, str, str], str] = {
+# Why a cell stays wrong: (fault, position or None for any, mode) -> the limit of the evidence,
+# in any topology where the cell is wrong (a right cell carries no note).
+LIMITS: dict[tuple[str, str | None, str], str] = {
     ("link_drop", "rank0", "logs"): (
         "A link dropped between two nodes looks the same from both sides in the logs: the "
         "launcher of the node that does not host the rendezvous store loses it whichever side "
         "was cut, so with two nodes a cut on the master's own node names the other node (with "
         "three nodes or more the cut node is told apart; in `live`/`fr` the node's own packet "
         "filter, kept by collect, names it)."),
-    ("unresolved_host", "node2", "logs"): (
-        "Console logs carry no host name: the failed lookups are all in the second node's "
-        "console, but only the file's directory name says which node that is, and the analysis "
-        "does not take host names from directory names."),
-    ("world_size", "node2", "logs"): (
-        "The second node's ranks wait in init_process_group for the key of one rank more than "
-        "the job has while the first node's ranks print nothing at all, not even a "
-        "rank number or a timeout: a rank that never started (missing ranks, the cause found) "
-        "and ranks expecting one too many look the same, so no rank is named."),
+    ("unresolved_host", None, "logs"): (
+        "Console logs carry no host name: the failed lookups are all in the console of the "
+        "node that cannot resolve the endpoint, but only the file's directory name says which "
+        "node that is, and the analysis does not take host names from directory names."),
+    ("world_size", None, "logs"): (
+        "The culprit node's ranks wait in init_process_group for the key of one rank more than "
+        "the job has, while every other rank, stuck in init too, prints nothing at all (no "
+        "rank number, no timeout before the logs end): a rank that never started (missing "
+        "ranks, the cause found) and ranks expecting one too many look the same, so no rank is "
+        "named. When other ranks got past init and logged, ENV002 names the culprit."),
 }
 
 
@@ -116,7 +117,8 @@ def _cell(r: dict | None, why: str | None) -> tuple[str, str, str, str]:
         words = words[:217] + "..."
     if r.get("error"):
         words += f" [harness: {r['error']}]"
-    why = LIMITS.get((r["fault"], r["position"], r["mode"]))
+    why = LIMITS.get((r["fault"], r["position"], r["mode"])) \
+        or LIMITS.get((r["fault"], None, r["mode"]))
     if why and not (r["cause_ok"] and r["culprit_ok"]):
         words += f" [why wrong: {why}]"
     return cause, culprit, "" if r["seconds"] is None else f"{r['seconds']}", words
