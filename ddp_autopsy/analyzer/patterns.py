@@ -905,6 +905,15 @@ PATTERNS: tuple[Pattern, ...] = (
         status=int,
         status2=int,
     ),
+    # NCCL's proxy service thread (proxy.cc, 2.12+) when a local peer's connection ends:
+    # "[Service thread] Connection closed by localRank 7" (INFO, also at a normal destroy; its
+    # WARN twin "Could not receive type from localRank 7" stays a generic nccl_warn).
+    _p(
+        "nccl_proxy_peer_closed",
+        "Connection closed by localRank",
+        r"\[Service thread\] Connection closed by localRank (?P<peer_local>\d+)",
+        peer_local=int,
+    ),
     # NCCL §3.2: sizes that disagree between ranks (a collective mismatch, NCCL_PROTO/ALGO or
     # version differences): "NET/Socket : peer 10.0.0.2<4125> message truncated : receiving
     # 1048576 bytes instead of 65536."
@@ -1126,6 +1135,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "duplicate_gpu": {"failure"},
     "shm_error": {"failure"},
     "network_error": {"failure"},
+    "nccl_proxy_peer_closed": {"info"},
     "nccl_message_truncated": {"failure"},
     "nccl_bootstrap_mismatch": {"failure"},
     "nccl_invalid_rank": {"failure"},

@@ -44,6 +44,7 @@ from typing import Any
 
 import polars as pl
 
+from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import (
     Finding,
@@ -183,6 +184,29 @@ class RankCrashed(Rule):
                 confidence=0.6, ts=s["ts"], details={"spawn_index": idx},
             )
             return
+        exits = list(self._launcher_exits(job))
+        yield from exits or self._proxy_peer_gone(job)
+
+    def _proxy_peer_gone(self, job: Job) -> Iterator[Finding]:
+        """Every other local rank's NCCL proxy saw one peer's connection close, and only that
+        one (a normal destroy closes them all): that process went away first."""
+        rows = job.rows("nccl_proxy_peer_closed")
+        peers = {r["data"]["peer_local"] for r in rows}
+        writers = {(r["host"], r["pid"]) for r in rows}
+        if len(peers) != 1 or len(writers) < 2:
+            return
+        peer = next(iter(peers))
+        hosts = {r["host"] for r in rows if r["host"]}
+        one_node = len(hosts) <= 1 and declared_nodes(job.events) <= 1
+        who = f"Rank {peer}" if one_node else \
+            f"Local rank {peer}{' on ' + next(iter(hosts)) if len(hosts) == 1 else ''}"
+        yield self.from_rows(
+            rows, f"{who}'s process went away first: the NCCL proxies of {len(writers)} other "
+            f"local ranks saw its connection close, and no other's.", shown=2,
+            ranks=[peer] if one_node else [], confidence=0.45,
+            details={"local_rank": peer, "reporters": len(writers)})
+
+    def _launcher_exits(self, job: Job) -> Iterator[Finding]:
         # The launcher's own line is all there is: "failed (exitcode: 2) local_rank: 0 (pid: N)"
         # (torchelastic, no failure summary) or DeepSpeed's "... exits with return code = 1".
         # torch's watchdog ends its process with an uncaught C++ exception (SIGABRT) after a

@@ -31,6 +31,7 @@ host OOM killer, fewer DataLoader workers or less host-side caching. Ranks with 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from ddp_autopsy.analyzer.attribution import ONE_NODE_CUE, SUMMARY_CUE
 from ddp_autopsy.analyzer.job import Job
@@ -89,6 +90,7 @@ class OutOfMemory(Rule):
         killed = [r for r in killed if r["data"].get("pid") not in job.crashes.stopped_pids]
         if not killed:
             return
+        killed = [_unwrapped(r, job) for r in killed]
         ranks = {r["data"]["rank"] for r in killed if isinstance(r["data"].get("rank"), int)}
         ranks |= {r["rank"] for r in killed if r["cue"] == ONE_NODE_CUE}
         ranks |= {int(r["data"]["index"]) for r in killed  # mp.spawn's index is the rank
@@ -105,3 +107,19 @@ class OutOfMemory(Rule):
             "OOM killer (host memory exhausted; `dmesg` on that host confirms it).", shown=2,
             ranks=ranks, confidence=0.55,
             details={"kind": "host memory (SIGKILL, no traceback)", "local_ranks": local})
+
+
+def _unwrapped(row: dict[str, Any], job: Job) -> dict[str, Any]:
+    """DeepSpeed's "['python', '-u', 'train.py', '--local_rank=7', ...] exits with return code =
+    -9" wrapped over several lines: the exit code's row takes the worker (and its rank, when
+    the inputs tell it) from the line above that named it."""
+    if row["kind"] != "worker_failed" or row["data"].get("local_rank") is not None:
+        return row
+    head = [r for r in job.rows("worker_failed")
+            if r["source"] == row["source"] and row["line"] - 6 <= r["line"] < row["line"]
+            and r["data"].get("exitcode") is None and r["data"].get("local_rank") is not None]
+    if not head:
+        return row
+    h = head[-1]
+    return {**row, "rank": h["rank"], "cue": h["cue"],
+            "data": {**row["data"], "local_rank": h["data"]["local_rank"]}}
