@@ -141,3 +141,27 @@ def test_collect_keeps_the_rules_and_says_when_it_may_not(netns: str, tmp_path: 
     assert facts["firewall"]["iptables-save"] == "permission_denied", facts["firewall"]
     assert facts["firewall"]["nft"] in ("permission_denied", "error"), facts["firewall"]
     assert not (out["nobody"] / "host" / "firewall" / "iptables-save.txt").exists()
+
+
+def test_the_nodes_rules_against_the_jobs_own_traffic(netns: str) -> None:
+    """The real cell (link_drop on the master's node, 2x2, live): node-0's rules drop the job's
+    interface. The same node with a container bridge's usual rules (its own interface and
+    subnet) drops nothing of the job's."""
+    from ddp_autopsy.analyzer.job import load
+
+    case = ROOT / "tests" / "rules" / "cases" / "NCCL004-firewall-master-cut-2x2"
+    job = load(sorted(p for p in case.iterdir() if p.is_dir()))
+    found = fw.blocking_rules(job)
+    assert {h: [r.text for r in rules] for h, rules in found.items()} == {
+        "node-0": ["-A INPUT -i fab0 -j DROP", "-A OUTPUT -o fab0 -j DROP"]}
+    rs = {"iptables-save": _in(netns, "sh", "-c",
+                               "iptables -A INPUT -i docker0 -j DROP && "
+                               "iptables -A INPUT -s 172.17.0.0/16 -j DROP && "
+                               "iptables -A OUTPUT -d 172.17.0.0/16 -j REJECT && "
+                               "iptables-save")}
+    node0 = next(b for b in job.bundles if b.manifest.get("host") == "node-0")
+    node0.firewall = rs
+    node0.host_info = {**node0.host_info, "interfaces": [
+        *node0.host_info["interfaces"],
+        {"name": "docker0", "addresses": ["172.17.0.1/16"], "up": True, "loopback": False}]}
+    assert fw.blocking_rules(job) == {}

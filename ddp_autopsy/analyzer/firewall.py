@@ -429,17 +429,26 @@ def blocking_rules(job: Job) -> dict[str, list[FilterRule]]:
     (its interface, the rendezvous / master port, the other nodes' or its own addresses)."""
     ports: set[int] = set()
     masters: list[IpAddr] = []
-    by_host: dict[str, list[IpAddr]] = {}
+    by_host: dict[str, list[IpAddr]] = {}  # each node's own addresses
     for b in job.bundles:
-        host = b.manifest.get("host")
-        if host:
-            by_host[host] = addresses(b.host_info.get("interfaces") or [])
         for p in b.probes:
             if isinstance(p.get("master_port"), int):
                 ports.add(p["master_port"])
             masters += [a for a in map(_ip, [p.get("master_addr"), *(p.get("addresses") or [])])
                         if a is not None and not a.is_loopback]
     env = job.env
+
+    def ifnames(host: str) -> list[str]:
+        return [] if not env.height else env.filter(
+            (env["host"] == host) & env["key"].is_in(list(IFNAME_KEYS)))["value"].to_list()
+
+    for b in job.bundles:
+        host = b.manifest.get("host")
+        if host:  # the addresses it reaches the master from (all of them when none tells)
+            nics = b.host_info.get("interfaces") or []
+            mine = job_ifaces(nics, ifnames(host), masters)
+            by_host[host] = addresses([n for n in nics if n.get("name") in mine] if mine
+                                      else nics)
     if env.height:
         for value in env.filter(env["key"] == "MASTER_PORT")["value"].to_list():
             if str(value).isdigit():
@@ -452,14 +461,13 @@ def blocking_rules(job: Job) -> dict[str, list[FilterRule]]:
         rules = ruleset(b.firewall).rules
         if not rules:
             continue
-        own = by_host.get(host, [])
         peers = list(dict.fromkeys(masters + [a for h, addrs in by_host.items() if h != host
                                               for a in addrs]))
-        names = [] if not env.height else env.filter(
-            (env["host"] == host) & env["key"].is_in(list(IFNAME_KEYS)))["value"].to_list()
-        traffic = JobTraffic(ifaces=job_ifaces(b.host_info.get("interfaces") or [], names,
-                                               peers + own),
-                             ports=ports, addrs=list(dict.fromkeys(peers + own)))
+        nics = b.host_info.get("interfaces") or []
+        ifaces = job_ifaces(nics, ifnames(host), peers)
+        # this node's addresses on the job's interfaces only (not a docker0 bridge's)
+        own = addresses([n for n in nics if n.get("name") in ifaces])
+        traffic = JobTraffic(ifaces=ifaces, ports=ports, addrs=list(dict.fromkeys(peers + own)))
         hits = [r for r in rules if blocks(r, traffic)]
         if hits:
             out[host] = hits
