@@ -140,3 +140,28 @@ def test_latin1_batch_is_noted_per_file(tmp_path: Path, monkeypatch: pytest.Monk
     loaded = _load(tmp_path, monkeypatch, presift=True)
     assert [n.path.rsplit("/", 1)[-1] for n in loaded.notes] == ["3.log"]
     assert pl.DataFrame([r.to_dict() for r in loaded.inputs])["lines"].to_list() == [1] * 6
+
+
+@pytest.mark.skipif(events._hyperscan() is None, reason="Hyperscan not installed")
+def test_hyperscan_lists_each_candidates_needles(inputs: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The needles Hyperscan reports on each candidate line (its match ids, line numbers from
+    the frame's line lengths, or counted in the bytes of CRLF files) are those the substring
+    tests find: every file alone, and all of them as one batch."""
+    monkeypatch.setattr(events, "HYPERSCAN_MIN", 0)
+    datas = [f.read_bytes() for f in sorted(inputs.rglob("*"))
+             if f.is_file() and f.suffix != ".gz" and f.name != "stack.txt"]
+    datas = [d for d in datas if d.endswith(b"\n") and events._utf8(d)]
+    batch = events._sift_batch(datas)
+    checked = crlf = 0
+    for data, alone in zip(datas, batch, strict=True):
+        for sifted in (events._sift(data, True), alone):
+            if sifted.found is None:  # ANSI colours, boxes: polars' filter
+                continue
+            crlf += b"\r\n" in data
+            expected = list(events._found(sifted.candidates))
+            assert list(events._found(sifted.candidates, sifted.found)) == expected
+            lines = sifted.frame["text"].to_list()
+            assert all(lines[line - sifted.base] == raw for line, raw, _ in expected)
+            checked += len(expected)
+    assert checked > 1000 and crlf

@@ -133,8 +133,16 @@ FOUND = pl.col("text").str.extract_many(_NEEDLE_LIST, overlapping=True).alias("f
 FOUND_VECTORISED = 200
 
 
-def _found(cands: pl.DataFrame) -> Iterator[tuple[int, str, frozenset[str]]]:
-    """Each candidate line with the needles it holds."""
+def _found(cands: pl.DataFrame, known: dict[int, frozenset[str]] | None = None
+           ) -> Iterator[tuple[int, str, frozenset[str]]]:
+    """Each candidate line with the needles it holds (``known``: by line, as Hyperscan found
+    them; a line it does not hold, a failure summary's context line, is looked at here)."""
+    if known is not None:
+        for line, raw in cands.iter_rows():
+            found = known.get(line)
+            yield line, raw, found if found is not None else \
+                frozenset(n for n in _NEEDLE_LIST if n in raw)
+        return
     if cands.height >= FOUND_VECTORISED:
         for line, raw, found in cands.with_columns(FOUND).iter_rows():
             yield line, raw, frozenset(found)
@@ -446,6 +454,8 @@ class _Sifted:
     #: ``line`` of the block's first line in ``frame`` and ``candidates`` (a file sifted in a
     #: batch of files: its frame is a slice of the batch's, numbered from the batch's start).
     base: int = 0
+    #: The needles on each candidate line, by ``line``, when Hyperscan found them.
+    found: dict[int, frozenset[str]] | None = None
 
 
 #: polars decompresses bytes that start like gzip, zlib or zstd: a block of text that starts so
@@ -498,25 +508,27 @@ def _sift(block: bytes, head: bool, known: FilePrefix | None = None,
     elif writers is None and not head:  # no writer named in the file's first lines: here?
         writers = block_writers(frame["text"], known)
     prefix = known if head else None
-    cands = _candidates(frame, block, replaced)
+    cands, found = _candidates(frame, block, replaced)
     opens = False
     if cands.height:
         opens = any(o in text for text in cands["text"] for o in OPENERS)
         if opens:
             cands = _with_context(cands, frame)
-    return _Sifted(frame, cands, prefix, replaced, opens, _tails(frame, writers))
+    return _Sifted(frame, cands, prefix, replaced, opens, _tails(frame, writers), found=found)
 
 
-def _candidates(frame: pl.DataFrame, block: bytes, replaced: bool) -> pl.DataFrame:
+def _candidates(frame: pl.DataFrame, block: bytes, replaced: bool
+                ) -> tuple[pl.DataFrame, dict[int, frozenset[str]] | None]:
     """The lines of ``frame`` (``block`` split by :func:`_lines`) that hold a needle: found
     by Hyperscan in the block's bytes when it is installed and the lines are the block's bytes
-    as they are (no bad UTF-8 replaced, no ANSI stripped), else by polars' two-level filter."""
+    as they are (no bad UTF-8 replaced, no ANSI stripped), else by polars' two-level filter;
+    and, from Hyperscan, the needles on each."""
     if _use_hyperscan(block, replaced):
-        lines = _needle_lines(block, frame.height)
-        if lines is not None:
-            return _rows(frame, lines[0])
+        hs = _needle_lines(block, frame)
+        if hs is not None:
+            return _rows(frame, hs[0]), dict(zip(hs[0], hs[2], strict=True))
     cands = frame.filter(FIRST_LEVEL)
-    return cands.filter(SECOND_LEVEL) if cands.height else cands
+    return (cands.filter(SECOND_LEVEL) if cands.height else cands), None
 
 
 def _rows(frame: pl.DataFrame, rows: list[int]) -> pl.DataFrame:
@@ -558,36 +570,72 @@ def _hyperscan() -> Any:
     return _hs_db if _hs else None
 
 
-def _needle_lines(block: bytes, height: int, marks: Collection[int] = ()
-                  ) -> tuple[list[int], list[int]] | None:
-    """The 0-based numbers of the lines of ``block`` that hold a needle, and the number of
-    lines before each byte offset of ``marks`` (ascending), counted in one pass (None: no
-    Hyperscan, or the block's lines are not ``height`` lines ended by newlines)."""
+#: The catalog's needle (in ``_BY_NEEDLE``) of each Hyperscan id, else None.
+_ID_NEEDLE = [n if n in _BY_NEEDLE else None for n in NEEDLES]
+
+
+def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = ()
+                  ) -> tuple[list[int], list[int], list[frozenset[str]]] | None:
+    """The 0-based numbers of the lines of ``block`` that hold a needle, the number of lines
+    before each byte offset of ``marks`` (ascending), and the catalog's needles on each line
+    found (all of them: Hyperscan reports every match, overlapping ones too). None: no
+    Hyperscan, or the block's lines are not ``frame``'s lines ended by newlines."""
     db = _hyperscan()
     if db is None:
         return None
     scratch = getattr(_hs_local, "scratch", None)
     if scratch is None:  # one per thread: scans run on the pool's threads at once
         scratch = _hs_local.scratch = _hs.Scratch(db)
-    ends: list[int] = []
-    db.scan(block, match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(end),
-            scratch=scratch)
-    # Match ends as (offset, 0), marks as (offset, 1): a mark at a match's end comes after it.
-    points = sorted([*((end, 0) for end in ends), *((m, 1) for m in marks)])
+    ends: list[tuple[int, int]] = []
+    db.scan(block, match_event_handler=lambda id_, _start, end, _flags, _ctx:
+            ends.append((end, id_)), scratch=scratch)
+    # Match ends as (offset, id), marks as (offset, MARK): a mark at a match's end comes after
+    # it. Matches come in no promised order.
+    points = sorted([*ends, *((m, MARK) for m in marks)])
+    numbers = _lines_before(block, frame, [offset for offset, _ in points])
+    if numbers is None:
+        return None
     found: list[int] = []
     marked: list[int] = []
+    needles: list[set[str]] = []
+    for (_, id_), line in zip(points, numbers, strict=True):
+        if id_ == MARK:
+            marked.append(line)
+            continue
+        if not found or found[-1] != line:
+            found.append(line)
+            needles.append(set())
+        if (needle := _ID_NEEDLE[id_]) is not None:
+            needles[-1].add(needle)
+    return found, marked, [frozenset(n) for n in needles]
+
+
+def _lines_before(block: bytes, frame: pl.DataFrame, offsets: list[int]) -> list[int] | None:
+    """For each byte offset of ``block`` (ascending), the newlines before it; None when the
+    frame's lines, each ended by a newline, are not the block's bytes."""
+    if b"\r" not in block:  # then the frame's lines are the bytes between newlines
+        ends = (frame["text"].str.len_bytes().cast(pl.Int64) + 1).cum_sum()
+        if not ends.len():
+            return None
+        if ends[-1] != len(block) + (not block.endswith(b"\n")):
+            return None
+        if not offsets:
+            return []
+        # ends[i]: the offset after line i's newline; lines ended before offset o: ends <= o.
+        return ends.search_sorted(pl.Series(offsets, dtype=pl.Int64), "right").to_list()
+    # CRLF: read_lines dropped a "\r" before newlines; count them in the bytes.
+    numbers = []
     pos = line = 0
-    for offset, is_mark in points:
+    for offset in offsets:
         line += block.count(b"\n", pos, offset)
         pos = offset
-        if is_mark:
-            marked.append(line)
-        elif not found or found[-1] != line:
-            found.append(line)
-    # The lines must be the frame's.
-    if line + block.count(b"\n", pos) + (not block.endswith(b"\n")) != height:
+        numbers.append(line)
+    if line + block.count(b"\n", pos) + (not block.endswith(b"\n")) != frame.height:
         return None
-    return found, marked
+    return numbers
+
+
+MARK = 1 << 62  # sorts after every match id at the same offset
 
 
 #: What a blank line holds (the same as ``lines.WriterKey``'s regexes).
@@ -721,15 +769,16 @@ def _sift_batch(datas: list[bytes]) -> list[_Sifted]:
     if replaced:  # the files with invalid UTF-8 alone, the others still together
         bad = [not _utf8(d) for d in datas]
         return _apart(datas, bad) if any(bad) else [_sift(d, True) for d in datas]
-    hs = _needle_lines(block, frame.height,
+    hs = _needle_lines(block, frame,
                        list(itertools.accumulate(map(len, datas)))[:-1]) \
         if _use_hyperscan(block, False) else None
+    found: dict[int, frozenset[str]] | None = None
     if hs is not None:
         starts = [0, *hs[1], frame.height]
-        cands = _rows(frame, hs[0])
+        cands, found = _rows(frame, hs[0]), dict(zip(hs[0], hs[2], strict=True))
     else:
         starts = list(itertools.accumulate((d.count(b"\n") for d in datas), initial=0))
-        cands = _candidates(frame, block, False)
+        cands, found = _candidates(frame, block, False)
     if starts[-1] != frame.height:
         return [_sift(d, True) for d in datas]
     counts = [b - a for a, b in itertools.pairwise(starts)]
@@ -757,7 +806,8 @@ def _sift_batch(datas: list[bytes]) -> list[_Sifted]:
         opens = any(o in t for t in cand_text[lo:hi] for o in OPENERS)
         if opens:
             mine = _with_context(mine, part)
-        out.append(_Sifted(part, mine, known, False, opens, _tails(part, writers, start), start))
+        out.append(_Sifted(part, mine, known, False, opens, _tails(part, writers, start), start,
+                           found))
     return out
 
 
@@ -888,7 +938,7 @@ def scan_text(
                 cands = _with_context(cands, sifted.frame)  # the summary goes on
             stats.candidates += cands.height
             state.block_start, state.block_text = line_no, sifted.frame["text"]
-            for line, raw, found in _found(cands):
+            for line, raw, found in _found(cands, sifted.found):
                 if state.spent and _spent(found, raw, state):
                     continue
                 _classify(line_no + line - sifted.base + 1, raw.rstrip("\r"), found, ctx, state,
