@@ -701,6 +701,17 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|(?P<cgroup>Detected \d+ oom[-_]kill event)"
         r"|srun: error: (?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\]]+): Out Of Memory)",
     ),
+    # Ray (python/ray/exceptions.py ActorDiedError) when an actor's worker process vanished:
+    # "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR
+    # Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of
+    # file. There are some potential root causes. (1) The process is killed by SIGKILL by OOM
+    # killer due to high memory usage. ..." (an exit Ray did not ask for, with no error of its own)
+    _p(
+        "ray_worker_died",
+        "because its worker process has died",
+        r"The actor is dead because its worker process has died\. Worker exit type: "
+        r"(?P<exit_type>[A-Z_]+)(?: Worker exit detail: (?P<detail>[^.]+))?",
+    ),
     # --- DDP ----------------------------------------------------------------------------------
     # DDP's Join context with throw_on_early_termination=True (torch.distributed.algorithms.join,
     # nn.parallel.distributed): the rank out of data raises "Rank 1 exhausted all inputs.", the
@@ -828,9 +839,11 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "no_socket_interface",
         ("no socket interface found", "no interface found", "No usable listening interface",
-         "nor AF_INET6", "Unable to find address for"),
+         "nor AF_INET6", "Unable to find address for", "Address family not supported"),
         r"(?:Bootstrap ?: no socket interface found|NET/Socket : no interface found"
         r"|No usable listening interface found|neither AF_INET\(\d+\) nor AF_INET6\(\d+\)"
+        # socket() refused the family of the interface NCCL picked (IPv6 disabled on the host)
+        r"|Socket creation failed : Address family not supported by protocol"
         r"|Unable to find address for: (?P<ifname>\S+))",
     ),
     _p(
@@ -1136,6 +1149,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "shm_error": {"failure"},
     "network_error": {"failure"},
     "nccl_proxy_peer_closed": {"info"},
+    "ray_worker_died": {"failure", "crash"},
     "nccl_message_truncated": {"failure"},
     "nccl_bootstrap_mismatch": {"failure"},
     "nccl_invalid_rank": {"failure"},

@@ -64,7 +64,9 @@ CONSEQUENCE = re.compile(
     r"|wait timeout after|detected by watchdog|Terminating the process|NCCL communicator was aborted"
     r"|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
     r"|Detected mismatch between collectives|failed to pass monitoredBarrier|Address already in use"
-    r"|cannot be retrieved|while trying to connect to|failed to connect to any network address",
+    r"|cannot be retrieved|while trying to connect to|failed to connect to any network address"
+    # Ray's driver reporting that an actor's process is gone
+    r"|ActorDiedError|The actor died unexpectedly",
     re.I,
 )
 

@@ -6,7 +6,8 @@ kernel's OOM killer ("Out of memory: Killed process PID") for a training process
 line, a worker killed by SIGKILL (exit code -9, torchelastic's "Signal 9 (SIGKILL) received",
 mp.spawn's "terminated with signal SIGKILL") that left no traceback and was not stopped by its
 launcher or scheduler first is reported as the likely work of the host's OOM killer, with a lower
-confidence.
+confidence; so, lower still, is a Ray actor whose process died with no error of its own ("Worker
+exit type: SYSTEM_ERROR"), which Ray itself puts down to the OOM killer first.
 
 ## Why it hangs or kills the job
 The rank that runs out of memory dies (or is killed without a traceback); the others block in
@@ -51,7 +52,8 @@ class OutOfMemory(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("oom")
         if not rows:
-            yield from self._killed(job)
+            killed = list(self._killed(job))
+            yield from killed or self._ray_worker_died(job)
             return
         ranks = ranks_of(rows) or {int(r["data"]["victim"]) for r in rows
                                    if r["data"].get("victim") is not None} \
@@ -74,6 +76,20 @@ class OutOfMemory(Rule):
                   if r["cue"] in SUBJECT_CUES and r["rank"] is not None
                   and r["data"].get("exitcode") not in (None, 0)}
         return sorted(failed) if len(failed) == 1 else []
+
+    def _ray_worker_died(self, job: Job) -> Iterator[Finding]:
+        """A Ray actor's process that exited without Ray asking (SYSTEM_ERROR) and with no
+        error of its own: the kernel's OOM killer is the usual reason, as Ray itself says."""
+        died = [r for r in job.rows("ray_worker_died") if r["data"].get("exit_type") ==
+                "SYSTEM_ERROR"]
+        if not died or job.rows("agent_signal", "external_signal"):
+            return
+        yield self.from_rows(
+            died, "A Ray worker process died with no error of its own (exit type SYSTEM_ERROR, "
+            f"{(died[0]['data'].get('detail') or 'connection lost').strip()}): most likely the "
+            "host's OOM killer (`dmesg` on that host confirms it; a segfault is the other "
+            "common reason).", shown=2, confidence=0.45,
+            details={"kind": "host memory (worker vanished)"})
 
     def _killed(self, job: Job) -> Iterator[Finding]:
         """SIGKILL with no traceback and no outside stop: the host's OOM killer, most likely."""
