@@ -40,7 +40,12 @@ from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, writers_phrase
 
 #: The logger's "<file>:<line>]" stamp (c10: basename; glog: a path such as torch/…/api.py).
-SOURCE_STAMP = r"(?:^|[\s\[])(?P<src>(?:[\w.-]+/)*[A-Za-z_][\w-]*\.(?:cpp|cc|hpp|h|py)):(?P<src_line>\d+)\]"
+SOURCE_STAMP = (r"(?:^|[\s\[])(?P<src>(?:[\w.-]+/)*[A-Za-z_][\w-]*\.(?:cpp|cc|hpp|h|py)):"
+                r"(?P<src_line>\d+)\](?P<msg>.*)")
+#: What makes two lines of one kind the same message: their start, numbers and addresses masked
+#: (one event kind covers several messages: NET/IB's "Got async event" and "Got completion").
+MESSAGE_KEY = (pl.col("msg").str.replace_all(r"\([^)]*\)", "")
+               .str.replace_all(r"0x[0-9a-fA-F]+|\d+", "#").str.strip_chars().str.slice(0, 40))
 
 
 class BuildFingerprintMismatch(Rule):
@@ -59,29 +64,33 @@ class BuildFingerprintMismatch(Rule):
                 .when(pl.col("host").is_not_null() & pl.col("pid").is_not_null())
                 .then(pl.format("{} pid {}", pl.col("host"), pl.col("pid"))),
             )
-            .with_columns(pl.col("src_line").cast(pl.Int64, strict=False))
+            .with_columns(pl.col("src_line").cast(pl.Int64, strict=False),
+                          MESSAGE_KEY.alias("msg"))
             .drop_nulls(["src", "src_line", "writer"])
             .filter(~pl.col("src").str.contains("third_party/", literal=True))
         )
         # A writer with two lines for one (kind, file) has two call sites: inconclusive.
-        per_writer = stamped.group_by("kind", "src", "writer").agg(
+        per_writer = stamped.group_by("kind", "msg", "src", "writer").agg(
             pl.col("src_line").n_unique().alias("lines"), pl.col("src_line").first())
-        ambiguous = per_writer.filter(pl.col("lines") > 1).select("kind", "src").unique()
+        ambiguous = per_writer.filter(pl.col("lines") > 1).select("kind", "msg", "src").unique()
         builds = (
-            per_writer.join(ambiguous, on=["kind", "src"], how="anti")
-            .group_by("kind", "src", "src_line")
+            per_writer.join(ambiguous, on=["kind", "msg", "src"], how="anti")
+            .group_by("kind", "msg", "src", "src_line")
             .agg(pl.col("writer").sort())
-            .filter(pl.len().over("kind", "src") > 1)
-            .sort("kind", "src", pl.col("writer").list.len(), descending=[False, False, True])
+            .filter(pl.len().over("kind", "msg", "src") > 1)
+            .sort("kind", "msg", "src", pl.col("writer").list.len(),
+                  descending=[False, False, False, True])
         )
         if builds.is_empty():
             return
-        kind, src = builds.row(0)[:2]
-        variants = builds.filter((pl.col("kind") == kind) & (pl.col("src") == src)).rows(named=True)
+        kind, msg, src = builds.row(0)[:3]
+        variants = builds.filter((pl.col("kind") == kind) & (pl.col("msg") == msg)
+                                 & (pl.col("src") == src)).rows(named=True)
         minority = [w for v in variants[1:] for w in v["writer"]]
         ranks = [int(w[5:]) for w in minority if w.startswith("rank ")]
         desc = "; ".join(f"{src}:{v['src_line']} on {writers_phrase(v['writer'])}" for v in variants)
-        first = stamped.filter((pl.col("kind") == kind) & (pl.col("src") == src)) \
+        first = stamped.filter((pl.col("kind") == kind) & (pl.col("msg") == msg)
+                               & (pl.col("src") == src)) \
             .unique("src_line", keep="first", maintain_order=True)
         evidence = [evidence_of(row) for v in variants[:3] for row in
                     first.filter(pl.col("src_line") == v["src_line"]).iter_rows(named=True)]
