@@ -4,8 +4,9 @@
 NCCL's rank-to-rank socket connections failing: "socketStartConnect: exceeded retries (20000)"
 (refused, 2.16–2.23), "connect to 10.0.0.2<45763> returned No route to host, exceeded error
 retry count after 35 attempts" (2.24+), "Connect to ... failed : Software caused connection
-abort", a handshake with the wrong magic (a stray client or a peer with another uniqueId), and
-failed proxy calls. With none of these, and NCCL's WARN lines not in the inputs, a bare
+abort", a handshake with the wrong magic (a stray client or a peer with another uniqueId),
+failed proxy calls, and a log that ends in NCCL's connect retries ("Call to connect returned
+Connection refused, retrying", 2.4–2.15: the last attempt is never announced). With none of these, and NCCL's WARN lines not in the inputs, a bare
 "NCCL error ...: unhandled system error" (a system call failed), or only its return chain
 through NCCL's socket or bootstrap code ("NCCL INFO bootstrap.cc:270 -> 2"), is reported as the likely
 connection failure at a low confidence: sockets are where it fails most often, and the /dev/shm
@@ -47,7 +48,8 @@ class NcclConnectionFailure(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("nccl_connect_failure")
         if not rows:
-            yield from self._system_error(job)
+            found = list(self._retries_to_the_end(job))
+            yield from found or self._system_error(job)
             return
         peers = sorted({r["data"]["addr"] for r in rows if r["data"].get("addr")})
         errors = sorted({r["data"]["err"] for r in rows if r["data"].get("err")} | {"connection refused (retries exhausted)" for r in rows
@@ -61,6 +63,20 @@ class NcclConnectionFailure(Rule):
             summary += f": {'; '.join(errors[:3])}"
         yield self.from_rows(rows, summary + ".", confidence=0.8,
                              details={"peers": peers, "errors": errors})
+
+    def _retries_to_the_end(self, job: Job) -> Iterator[Finding]:
+        """NCCL's connect retries (INFO, "Call to connect returned Connection refused,
+        retrying") that are the last thing their process printed: it never connected."""
+        retries = job.rows("nccl_connect_retry")
+        at = {(r["source"], r["line"]) for r in retries}
+        last = [r for r in job.rows("last_line") if (r["source"], r["line"]) in at]
+        if not last:
+            return
+        errors = sorted({r["data"]["err"] for r in retries if r["data"].get("err")})
+        yield self.from_rows(
+            [*retries[:1], *last[:1]], "NCCL ranks kept retrying to connect to each other and "
+            f"the log ends there: {'; '.join(errors[:3]) or 'no connection'}.", shown=2,
+            confidence=0.5, details={"errors": errors, "retries": len(retries)})
 
     def _system_error(self, job: Job) -> Iterator[Finding]:
         """A bare ncclSystemError, NCCL's own account of it not in the inputs."""
