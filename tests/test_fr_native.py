@@ -247,7 +247,7 @@ def test_int64_columns_go_to_polars_whole() -> None:
     m = fr._frpickle
     _top, n, raw, _ = m.parse(nccl_dump([nccl_entry(i) for i in range(1, 6)]))
     record_id = raw[0]
-    assert type(record_id) is m.Int64s and len(record_id) == n == 5
+    assert type(record_id) is m.Column and len(record_id) == n == 5
     s = pl.Series("record_id", record_id)
     assert s.dtype == pl.Int64 and s.to_list() == [0, 1, 2, 3, 4]
     joined = m.join([record_id, record_id])
@@ -255,3 +255,31 @@ def test_int64_columns_go_to_polars_whole() -> None:
     assert raw[1] == (0,)  # pg_id: one value
     with pytest.raises(TypeError):
         m.join([record_id, [1, 2]])
+
+
+def test_bool_and_text_columns_go_to_polars_whole() -> None:
+    """``state``, ``retired``, ``is_p2p`` and ``thread_name`` of bools or text (and None) reach
+    polars as Arrow arrays; a lone surrogate (polars cannot hold it) leaves a list for Python."""
+    states = ["completed", "started", "scheduled", "é\u20ac\U0001f600", "", "completed"]
+    entries = [nccl_entry(i, state=s) for i, s in enumerate(states, 1)]
+    entries[1]["retired"], entries[2]["thread_name"], entries[3]["retired"] = None, None, True
+    entries[4]["state"] = None
+    data = nccl_dump(entries)
+    m = fr._frpickle
+    _top, _n, raw, _ = m.parse(data)
+    state, retired, thread = raw[6], raw[7], raw[13]
+    assert all(type(c) is m.Column for c in (state, retired, thread))
+    assert pl.Series("s", state).dtype == pl.String
+    assert pl.Series("s", state).to_list() == [e["state"] for e in entries]
+    assert pl.Series("r", retired).dtype == pl.Boolean
+    assert pl.Series("r", retired).to_list() == [e["retired"] for e in entries]
+    assert pl.Series("t", thread).to_list() == [e["thread_name"] for e in entries]
+    texts = [e["state"] for e in entries], [e["thread_name"] for e in entries]
+    assert pl.Series("s", m.join([state, thread, state])).to_list() == \
+        texts[0] + texts[1] + texts[0]
+    with pytest.raises(TypeError):
+        m.join([state, retired])
+    assert_same(data)
+    entries[0]["state"] = "done\ud800"
+    assert type(m.parse(nccl_dump(entries))[2][6]) is list
+    assert_same(nccl_dump(entries))

@@ -16,8 +16,9 @@
  *   top         the top-level dict as Python objects, "entries" mapped to []
  *   n           the number of entries (all dicts, at least one)
  *   scalars     14 columns (FIELDS[0:14]): None for a key no entry has; (v,) when every
- *               value is v; an Int64s for an Int64 field of ints (times: None read as 0,
- *               which means "not yet" as None does); else a list of n values
+ *               value is v; a Column for an Int64 field of ints (times: None read as 0,
+ *               which means "not yet" as None does), for a Boolean or String field of
+ *               bools or strings (and None); else a list of n values
  *   structured  7 pairs (firsts, change): runs of equal neighbours of (pg_id, process_group)
  *               and of FIELDS[15:21] (see flight_recorder._runs)
  *
@@ -73,6 +74,7 @@ typedef struct {
 } P;
 
 #define UNSET UINT32_MAX
+#define C_SURR 16 /* Node.checked of a string holding surrogates (polars cannot hold it) */
 #define NONE_NODE 0
 #define TRUE_NODE 1
 #define FALSE_NODE 2
@@ -196,9 +198,10 @@ static int64_t le_int(const uint8_t *s, int k) {
 
 /* Whether data[0:n) decodes as Python's UTF-8 decoder decodes it with "surrogatepass" (strict
  * UTF-8, and surrogates written as three bytes): checked without Python objects, so that the
- * opcode loop can run without the GIL. */
+ * opcode loop can run without the GIL. 0: not; 1: yes; 2: yes, with surrogates. */
 static int utf8_ok(const uint8_t *s, Py_ssize_t n) {
     Py_ssize_t i = 0;
+    int surr = 0;
     while (i < n) {
         uint8_t c = s[i];
         if (c < 0x80) {
@@ -209,7 +212,8 @@ static int utf8_ok(const uint8_t *s, Py_ssize_t n) {
         uint8_t lo = 0x80, hi = 0xbf;
         if (c >= 0xc2 && c <= 0xdf) k = 1;
         else if (c == 0xe0) k = 2, lo = 0xa0;
-        else if (c >= 0xe1 && c <= 0xef) k = 2; /* 0xed: surrogates pass */
+        else if (c == 0xed) k = 2, surr |= s[i + 1 < n ? i + 1 : i] >= 0xa0; /* they pass */
+        else if (c >= 0xe1 && c <= 0xef) k = 2;
         else if (c == 0xf0) k = 3, lo = 0x90;
         else if (c >= 0xf1 && c <= 0xf3) k = 3;
         else if (c == 0xf4) k = 3, hi = 0x8f;
@@ -220,14 +224,16 @@ static int utf8_ok(const uint8_t *s, Py_ssize_t n) {
             if ((s[i + j] & 0xc0) != 0x80) return 0;
         i += k + 1;
     }
-    return 1;
+    return 1 + surr; /* 2: valid, with surrogates */
 }
 
 /* a string node of data[pos:pos+len] (its Python object is made when needed: conv) */
 static int64_t str_node(P *p, Py_ssize_t pos, Py_ssize_t len) {
-    if (len >= UNSET || !utf8_ok(p->d + pos, len)) return BAIL;
+    int ok = len < UNSET ? utf8_ok(p->d + pos, len) : 0;
+    if (!ok) return BAIL;
     int64_t c = new_node(p, K_STR);
     if (c < 0) return BAIL;
+    if (ok == 2) p->nodes[c].checked = C_SURR;
     p->nodes[c].u.i = pos;
     p->nodes[c].len = (uint32_t)len;
     return c;
@@ -661,10 +667,11 @@ static int eq(P *p, uint32_t a, uint32_t b) {
     }
 }
 
-/* ------------------------------------------------------------------ Int64 columns */
+/* ------------------------------------------------------------------ columns for polars */
 
-/* An int64 column handed to polars without a Python object per value, through the Arrow
- * PyCapsule interface (__arrow_c_array__: polars imports it without copying). */
+/* A column handed to polars without a Python object per value, through the Arrow PyCapsule
+ * interface (__arrow_c_array__): int64 ('l'), bool ('b') or UTF-8 text ('U', 64-bit offsets),
+ * with None as null ('b', 'U'). */
 struct ArrowSchema {
     const char *format, *name, *metadata;
     int64_t flags, n_children;
@@ -683,38 +690,56 @@ struct ArrowArray {
 };
 
 typedef struct {
-    PyObject_HEAD
-    int64_t *data;
+    char fmt;       /* 'l', 'b' or 'U' */
     Py_ssize_t n;
-} Int64s;
+    int64_t *data;  /* 'l': the values; 'U': n + 1 offsets into chars */
+    uint8_t *bytes; /* 'b': a byte per value (0, 1) */
+    uint8_t *valid; /* 'b', 'U': a byte per value, 0 for null (NULL: none is) */
+    char *chars;    /* 'U': the text */
+} Col;
 
-static PyTypeObject Int64sType;
-
-static Int64s *int64s_new(Py_ssize_t n) {
-    Int64s *o = PyObject_New(Int64s, &Int64sType);
-    if (!o) return NULL;
-    o->n = n;
-    o->data = malloc((size_t)(n ? n : 1) * 8);
-    if (!o->data) {
-        Py_DECREF(o);
-        PyErr_NoMemory();
-        return NULL;
-    }
-    return o;
+static void col_free(Col *c) {
+    free(c->data);
+    free(c->bytes);
+    free(c->valid);
+    free(c->chars);
+    memset(c, 0, sizeof(*c));
 }
 
-static void int64s_dealloc(Int64s *o) {
-    free(o->data);
+typedef struct {
+    PyObject_HEAD
+    Col c;
+} Column;
+
+static PyTypeObject ColumnType;
+
+/* a Column owning c's buffers (c is emptied) */
+static PyObject *column_adopt(Col *c) {
+    Column *o = PyObject_New(Column, &ColumnType);
+    if (!o) return NULL;
+    o->c = *c;
+    memset(c, 0, sizeof(*c));
+    return (PyObject *)o;
+}
+
+static void column_dealloc(Column *o) {
+    col_free(&o->c);
     PyObject_Free(o);
 }
 
-static Py_ssize_t int64s_len(Int64s *o) { return o->n; }
+static Py_ssize_t column_len(Column *o) { return o->c.n; }
 
 static void schema_release(struct ArrowSchema *s) { s->release = NULL; }
 
+typedef struct {
+    void *buf[3];
+    const void *ptrs[3];
+} Owned;
+
 static void array_release(struct ArrowArray *a) {
-    free(a->private_data); /* the values */
-    free(a->buffers);
+    Owned *o = a->private_data;
+    for (int j = 0; j < 3; j++) free(o->buf[j]);
+    free(o);
     a->release = NULL;
 }
 
@@ -738,33 +763,62 @@ static void array_capsule_free(PyObject *cap) {
     free(a);
 }
 
-static PyObject *int64s_arrow(Int64s *self, PyObject *args, PyObject *kwargs) {
+/* a copy of n bytes (at least one byte allocated) */
+static void *copy_of(const void *src, size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (p && n) memcpy(p, src, n);
+    return p;
+}
+
+/* a bitmap of n one-byte flags (Arrow's validity and bool values) */
+static uint8_t *bits(const uint8_t *flags, Py_ssize_t n, int64_t *zeros) {
+    uint8_t *b = calloc((size_t)(n / 8 + 1), 1);
+    if (!b) return NULL;
+    int64_t z = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (flags[i]) b[i >> 3] |= (uint8_t)(1u << (i & 7));
+        else z++;
+    }
+    if (zeros) *zeros = z;
+    return b;
+}
+
+static PyObject *column_arrow(Column *self, PyObject *args, PyObject *kwargs) {
     (void)args;
     (void)kwargs; /* requested_schema: there is only one */
+    Col *c = &self->c;
     struct ArrowSchema *schema = calloc(1, sizeof(*schema));
     struct ArrowArray *array = calloc(1, sizeof(*array));
-    const void **buffers = calloc(2, sizeof(void *));
-    int64_t *values = malloc((size_t)(self->n ? self->n : 1) * 8);
-    if (!schema || !array || !buffers || !values) {
+    Owned *own = calloc(1, sizeof(*own));
+    int64_t nulls = 0;
+    int ok = schema && array && own;
+    if (ok && c->valid) ok = (own->buf[0] = bits(c->valid, c->n, &nulls)) != NULL;
+    if (ok && c->fmt == 'l') ok = (own->buf[1] = copy_of(c->data, (size_t)c->n * 8)) != NULL;
+    if (ok && c->fmt == 'b') ok = (own->buf[1] = bits(c->bytes, c->n, NULL)) != NULL;
+    if (ok && c->fmt == 'U')
+        ok = (own->buf[1] = copy_of(c->data, (size_t)(c->n + 1) * 8)) != NULL &&
+             (own->buf[2] = copy_of(c->chars, (size_t)c->data[c->n])) != NULL;
+    if (!ok) {
+        if (own)
+            for (int j = 0; j < 3; j++) free(own->buf[j]);
+        free(own);
         free(schema);
         free(array);
-        free(buffers);
-        free(values);
         return PyErr_NoMemory();
     }
-    memcpy(values, self->data, (size_t)self->n * 8);
-    schema->format = "l";
+    for (int j = 0; j < 3; j++) own->ptrs[j] = own->buf[j];
+    schema->format = c->fmt == 'l' ? "l" : c->fmt == 'b' ? "b" : "U";
     schema->name = "";
+    schema->flags = 2; /* nullable */
     schema->release = schema_release;
-    buffers[1] = values;
-    array->length = self->n;
-    array->n_buffers = 2;
-    array->buffers = buffers;
-    array->private_data = values;
+    array->length = c->n;
+    array->null_count = nulls;
+    array->n_buffers = c->fmt == 'U' ? 3 : 2;
+    array->buffers = own->ptrs;
+    array->private_data = own;
     array->release = array_release;
     PyObject *s = PyCapsule_New(schema, "arrow_schema", schema_capsule_free);
     if (!s) {
-        schema_release(schema);
         free(schema);
         array_release(array);
         free(array);
@@ -783,49 +837,79 @@ static PyObject *int64s_arrow(Int64s *self, PyObject *args, PyObject *kwargs) {
     return out;
 }
 
-static PyMethodDef int64s_methods[] = {
-    {"__arrow_c_array__", (PyCFunction)(void (*)(void))int64s_arrow, METH_VARARGS | METH_KEYWORDS,
-     "The values as an Arrow int64 array (schema and array capsules)."},
+static PyMethodDef column_methods[] = {
+    {"__arrow_c_array__", (PyCFunction)(void (*)(void))column_arrow, METH_VARARGS | METH_KEYWORDS,
+     "The values as an Arrow array (schema and array capsules)."},
     {NULL, NULL, 0, NULL}};
 
-static PySequenceMethods int64s_seq = {.sq_length = (lenfunc)int64s_len};
+static PySequenceMethods column_seq = {.sq_length = (lenfunc)column_len};
 
-static PyTypeObject Int64sType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ddp_autopsy.analyzer._frpickle.Int64s",
-    .tp_basicsize = sizeof(Int64s),
-    .tp_dealloc = (destructor)int64s_dealloc,
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ddp_autopsy.analyzer._frpickle.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_dealloc = (destructor)column_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "An int64 column (one dump's values, or a batch's): pl.Series(name, it).",
-    .tp_methods = int64s_methods,
-    .tp_as_sequence = &int64s_seq,
+    .tp_doc = "A column of int64, bool or text (one dump's values, or a batch's): "
+              "pl.Series(name, it).",
+    .tp_methods = column_methods,
+    .tp_as_sequence = &column_seq,
 };
 
-/* join(columns): one Int64s of the given ones, in order */
+/* join(columns): one Column of the given ones (of one kind), in order */
 static PyObject *join(PyObject *self, PyObject *arg) {
     (void)self;
-    PyObject *seq = PySequence_Fast(arg, "join() takes a sequence of Int64s");
+    PyObject *seq = PySequence_Fast(arg, "join() takes a sequence of Columns");
     if (!seq) return NULL;
     Py_ssize_t k = PySequence_Fast_GET_SIZE(seq), n = 0;
+    int64_t nchars = 0;
+    int any_valid = 0;
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t j = 0; j < k; j++) {
-        if (Py_TYPE(items[j]) != &Int64sType) {
+        if (Py_TYPE(items[j]) != &ColumnType ||
+            ((Column *)items[j])->c.fmt != ((Column *)items[0])->c.fmt) {
             Py_DECREF(seq);
-            PyErr_SetString(PyExc_TypeError, "join() takes a sequence of Int64s");
+            PyErr_SetString(PyExc_TypeError, "join() takes a sequence of Columns of one kind");
             return NULL;
         }
-        n += ((Int64s *)items[j])->n;
+        Col *c = &((Column *)items[j])->c;
+        n += c->n;
+        any_valid |= c->valid != NULL;
+        if (c->fmt == 'U') nchars += c->data[c->n];
     }
-    Int64s *out = int64s_new(n);
-    if (out) {
-        int64_t *to = out->data;
-        for (Py_ssize_t j = 0; j < k; j++) {
-            Int64s *c = (Int64s *)items[j];
-            memcpy(to, c->data, (size_t)c->n * 8);
-            to += c->n;
+    char fmt = k ? ((Column *)items[0])->c.fmt : 'l';
+    Col out = {.fmt = fmt, .n = n};
+    int ok = 1;
+    if (fmt == 'l') ok = (out.data = malloc((size_t)(n ? n : 1) * 8)) != NULL;
+    if (fmt == 'b') ok = (out.bytes = malloc((size_t)(n ? n : 1))) != NULL;
+    if (fmt == 'U')
+        ok = (out.data = malloc((size_t)(n + 1) * 8)) != NULL &&
+             (out.chars = malloc((size_t)(nchars ? nchars : 1))) != NULL;
+    if (ok && any_valid) ok = (out.valid = malloc((size_t)(n ? n : 1))) != NULL;
+    if (!ok) {
+        col_free(&out);
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t at = 0;
+    int64_t base = 0;
+    if (fmt == 'U') out.data[0] = 0;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        Col *c = &((Column *)items[j])->c;
+        if (fmt == 'l') memcpy(out.data + at, c->data, (size_t)c->n * 8);
+        if (fmt == 'b') memcpy(out.bytes + at, c->bytes, (size_t)c->n);
+        if (fmt == 'U') {
+            for (Py_ssize_t i = 1; i <= c->n; i++) out.data[at + i] = base + c->data[i];
+            memcpy(out.chars + base, c->chars, (size_t)c->data[c->n]);
+            base += c->data[c->n];
         }
+        if (any_valid) {
+            if (c->valid) memcpy(out.valid + at, c->valid, (size_t)c->n);
+            else memset(out.valid + at, 1, (size_t)c->n);
+        }
+        at += c->n;
     }
     Py_DECREF(seq);
-    return (PyObject *)out;
+    return column_adopt(&out);
 }
 
 /* ------------------------------------------------------------------ entries to columns */
@@ -843,6 +927,8 @@ static const char *FIELDS[] = {
 #define F_PG_ID 1
 /* Int64 fields (polars dtype), and the times among them, where None and 0 both mean "not yet" */
 static const uint8_t INT_FIELD[NSCALAR] = {1, 1, 1, 1, 1, 0, 0, 0, 2, 2, 2, 0, 1, 0};
+/* Boolean (1) and String (2) fields */
+static const uint8_t TYPED_FIELD[NSCALAR] = {0, 0, 0, 0, 0, 1, 2, 1, 0, 0, 0, 0, 0, 2};
 #define F_PG 14
 static const shape_fn SHAPE[NF] = {[14] = flat,  [15] = is_scalar, [16] = sizes, [17] = flat,
                                    [18] = sizes, [19] = flat,      [20] = frames};
@@ -859,20 +945,20 @@ static int field_of(P *p, uint32_t key) {
  * runs and the Int64 columns: it calls nothing of Python, so it runs without the GIL, on another
  * thread (Reader). Phase B (build) makes the Python objects the caller gets, with the GIL. */
 
-enum { S_ABSENT, S_CONST, S_INTS, S_LIST };
+enum { S_ABSENT, S_CONST, S_COL, S_LIST };
 
 typedef struct {
     uint32_t top, n;
     uint32_t *vals;                /* n x NF value nodes (NONE_NODE where a key is absent) */
     uint8_t scalar[NSCALAR];       /* S_*: how each scalar field is returned */
-    int64_t *ints[NSCALAR];        /* S_INTS: its values */
+    Col cols[NSCALAR];             /* S_COL: its values */
     uint8_t *change[NF - NSCALAR]; /* structured: 1 where a run starts */
     uint32_t count[NF - NSCALAR];  /* structured: how many runs */
 } Prep;
 
 static void prep_free(Prep *c) {
     free(c->vals);
-    for (int f = 0; f < NSCALAR; f++) free(c->ints[f]);
+    for (int f = 0; f < NSCALAR; f++) col_free(&c->cols[f]);
     for (int f = 0; f < NF - NSCALAR; f++) free(c->change[f]);
     memset(c, 0, sizeof(*c));
 }
@@ -901,10 +987,10 @@ static int find_runs(P *p, const uint32_t *v, const uint32_t *v2, uint32_t n, in
     return 0;
 }
 
-/* An Int64 field: S_CONST when every value is the same, S_INTS (values in *out) when all are
+/* An Int64 field: S_CONST when every value is the same, S_COL (values in *out) when all are
  * ints (or None, for a time: read as 0, "not yet" as None is), else S_LIST; BAIL without
  * memory. */
-static int int_kind(P *p, const uint32_t *v, uint32_t n, int stride, int time, int64_t **out) {
+static int int_kind(P *p, const uint32_t *v, uint32_t n, int stride, int time, Col *out) {
     int same = 1;
     for (uint32_t e = 0; e < n; e++) {
         Node *nd = &p->nodes[v[(size_t)e * stride]];
@@ -921,8 +1007,54 @@ static int int_kind(P *p, const uint32_t *v, uint32_t n, int stride, int time, i
         Node *nd = &p->nodes[v[(size_t)e * stride]];
         col[e] = nd->kind == K_INT ? nd->u.i : 0;
     }
-    *out = col;
-    return S_INTS;
+    out->fmt = 'l';
+    out->n = n;
+    out->data = col;
+    return S_COL;
+}
+
+/* A Boolean or String field: S_CONST when every value is the same, S_COL when all are bools
+ * (text: strings polars can hold, no lone surrogates) or None, else S_LIST (Python types them,
+ * as before); BAIL without memory. Equal here is equal in Python. */
+static int typed_kind(P *p, const uint32_t *v, uint32_t n, int stride, int text, Col *out) {
+    int same = 1, nulls = 0;
+    int64_t chars = 0;
+    Node *first = &p->nodes[v[0]];
+    for (uint32_t e = 0; e < n; e++) {
+        Node *nd = &p->nodes[v[(size_t)e * stride]];
+        if (nd->kind == K_NONE) nulls = 1;
+        else if (text ? nd->kind != K_STR || (nd->checked & C_SURR)
+                      : nd->kind != K_TRUE && nd->kind != K_FALSE)
+            return S_LIST;
+        if (text && nd->kind == K_STR) chars += nd->len;
+        if (e && same)
+            same = nd->kind == first->kind &&
+                   (nd->kind != K_STR || (nd->len == first->len &&
+                                          !memcmp(p->d + nd->u.i, p->d + first->u.i, nd->len)));
+    }
+    if (same) return S_CONST;
+    out->fmt = text ? 'U' : 'b';
+    out->n = n;
+    if (nulls && !(out->valid = malloc(n))) return BAIL;
+    if (text ? !(out->data = malloc((size_t)(n + 1) * 8)) || !(out->chars = malloc(chars + 1))
+             : !(out->bytes = malloc(n)))
+        return BAIL;
+    int64_t at = 0;
+    if (text) out->data[0] = 0;
+    for (uint32_t e = 0; e < n; e++) {
+        Node *nd = &p->nodes[v[(size_t)e * stride]];
+        if (nulls) out->valid[e] = nd->kind != K_NONE;
+        if (!text) {
+            out->bytes[e] = nd->kind == K_TRUE;
+            continue;
+        }
+        if (nd->kind == K_STR) {
+            memcpy(out->chars + at, p->d + nd->u.i, nd->len);
+            at += nd->len;
+        }
+        out->data[e + 1] = at;
+    }
+    return S_COL;
 }
 
 /* The entries' values by field, checked, with their runs: 0, or BAIL (left to Python). */
@@ -955,9 +1087,10 @@ static int prepare(P *p, uint32_t top, uint32_t entries, Prep *c) {
     for (uint32_t e = 0; e < n; e++) /* pg_id takes part in the group runs */
         if (!is_scalar(p, vals[(size_t)e * NF + F_PG_ID])) return BAIL;
     for (int f = 0; f < NSCALAR; f++) {
-        int k = !has[f]       ? S_ABSENT
-                : INT_FIELD[f] ? int_kind(p, vals + f, n, NF, INT_FIELD[f] == 2, &c->ints[f])
-                               : S_LIST;
+        int k = !has[f]         ? S_ABSENT
+                : INT_FIELD[f]   ? int_kind(p, vals + f, n, NF, INT_FIELD[f] == 2, &c->cols[f])
+                : TYPED_FIELD[f] ? typed_kind(p, vals + f, n, NF, TYPED_FIELD[f] == 2, &c->cols[f])
+                                 : S_LIST;
         if (k == BAIL) return BAIL;
         c->scalar[f] = (uint8_t)k;
     }
@@ -1016,14 +1149,6 @@ static int phase_a(P *p, const uint8_t *d, Py_ssize_t n, Prep *c) {
 }
 
 /* ------------------------------------------------------------------ phase B: Python objects */
-
-static Int64s *int64s_adopt(int64_t *data, Py_ssize_t n) {
-    Int64s *o = PyObject_New(Int64s, &Int64sType);
-    if (!o) return NULL;
-    o->n = n;
-    o->data = data;
-    return o;
-}
 
 /* one structured field's (firsts, change) */
 static PyObject *runs_of(P *p, Prep *c, int f) {
@@ -1097,10 +1222,9 @@ static PyObject *build(P *p, Prep *c) {
             col = PyTuple_Pack(1, o);
             Py_DECREF(o);
             if (!col) goto fail;
-        } else if (c->scalar[f] == S_INTS) {
-            col = (PyObject *)int64s_adopt(c->ints[f], n);
+        } else if (c->scalar[f] == S_COL) {
+            col = column_adopt(&c->cols[f]); /* which owns its buffers now */
             if (!col) goto fail;
-            c->ints[f] = NULL; /* the column owns it */
         } else {
             col = PyList_New(n);
             if (!col) goto fail;
@@ -1472,18 +1596,18 @@ static PyTypeObject ReaderType = {
 
 static PyMethodDef methods[] = {
     {"parse", parse, METH_O, "A Flight Recorder pickle as columns, or None (see the module)."},
-    {"join", join, METH_O, "One Int64s of several, in order."},
+    {"join", join, METH_O, "One Column of several of one kind, in order."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_frpickle",
                                     "Flight Recorder pickles straight to columns.", -1, methods};
 
 PyMODINIT_FUNC PyInit__frpickle(void) {
-    if (PyType_Ready(&Int64sType) < 0) return NULL;
+    if (PyType_Ready(&ColumnType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    Py_INCREF(&Int64sType);
-    if (PyModule_AddObject(m, "Int64s", (PyObject *)&Int64sType) < 0) return NULL;
+    Py_INCREF(&ColumnType);
+    if (PyModule_AddObject(m, "Column", (PyObject *)&ColumnType) < 0) return NULL;
     if (PyType_Ready(&ReaderType) < 0) return NULL;
     Py_INCREF(&ReaderType);
     if (PyModule_AddObject(m, "Reader", (PyObject *)&ReaderType) < 0) return NULL;

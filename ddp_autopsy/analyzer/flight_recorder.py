@@ -752,7 +752,7 @@ def _column(name: str, dtype: Any, runs: list[_Runs], lengths: list[int], n: int
         # one value per dump: each dump's rows stay a slice of a shared buffer
         return pl.concat([_repeat(name, build(name, [v], dtype), rows)
                           for v, rows in zip(firsts, lengths, strict=True)])
-    if _Int64s is not None and any(type(v) is _Int64s for v, _ in runs):
+    if _Column is not None and any(type(v) is _Column for v, _ in runs):
         return _native_column(name, dtype, runs, lengths, build)
     per_run = runs[0][0] if len(runs) == 1 else list(chain.from_iterable(v for v, _ in runs))
     s = build(name, per_run, dtype)
@@ -773,14 +773,14 @@ def _column(name: str, dtype: Any, runs: list[_Runs], lengths: list[int], n: int
 
 def _native_column(name: str, dtype: Any, runs: list[_Runs], lengths: list[int],
                    build: Any) -> pl.Series:
-    """:func:`_column` where some dumps' values came from the native reader as ``Int64s``
+    """:func:`_column` where some dumps' values came from the native reader as a ``Column``
     (every value its own run): neighbouring ones are joined and go to polars without a Python
     object per value; the others are built as usual (a raw column's runs are one value, or
     every value)."""
     parts: list[pl.Series] = []
     pending: list[Any] = []
     for (values, change), rows in zip(runs, lengths, strict=True):
-        if type(values) is _Int64s:
+        if type(values) is _Column:
             pending.append(values)
             continue
         if pending:
@@ -849,7 +849,8 @@ _STRUCTURED = ("profiling_name", "input_sizes", "input_dtypes", "output_sizes", 
                "frames")
 
 _FIELDS = (*(k for k, _ in _RAW.values()), "process_group", *_STRUCTURED)
-if _frpickle is not None and (_FIELDS != _frpickle.FIELDS or not hasattr(_frpickle, "Reader")):
+if _frpickle is not None and (_FIELDS != _frpickle.FIELDS or not hasattr(_frpickle, "Reader")
+                              or not hasattr(_frpickle, "Column")):
     _frpickle = None  # built from another version of this module: not used
 
 
@@ -868,15 +869,15 @@ def _dump_runs(entries: Sequence[dict[str, Any]], dump: FRDump) -> dict[str, _Ru
                     [groups, *(_runs(c[k], n) for k in _STRUCTURED)])
 
 
-_Int64s = _frpickle.Int64s if _frpickle is not None else None
+_Column = _frpickle.Column if _frpickle is not None else None
 
 
 def _raw_runs(values: Any, n: int, native: bool) -> _Runs:
     """:func:`_scalars` of a raw column, also as the native reader gives it: ``(v,)`` when all
-    values are ``v``, an ``Int64s`` of values that differ."""
+    values are ``v``, a ``Column`` of values that differ (ints, bools, text)."""
     if native and type(values) is tuple:
         return list(values), None
-    if type(values) is _Int64s:
+    if type(values) is _Column:
         return values, True
     return _scalars(values, n)
 
