@@ -802,8 +802,10 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|(?:(?P<fn2>socket\w*Connect|ncclOsSocket\w*Connect): |Net : )?[Cc]onnect to "
         r"(?P<addr2>\S+) failed : (?P<err2>.+)"
         r"|socketFinalizeAccept(?: from \S+)?: wrong (?P<what>magic|type)"
-        r"|Proxy Call to rank (?P<prank>\d+) failed|\[Proxy Service \d+\] Failed to execute "
-        r"operation (?P<op>\w+) from rank (?P<frank>\d+)"
+        # the service's number is its own process's rank (proxyState->tpRank)
+        r"|Proxy Call to rank (?P<prank>\d+) failed"
+        r"|\[Proxy Service (?P<svc>\d+)\] Failed to execute operation (?P<op>\w+) from rank "
+        r"(?P<frank>\d+)"
         # 2.3 (include/socket.h): "Call to connect timeout : Connection refused"
         r"|Call to connect timeout : (?P<err4>.+))",
         alias={"fn3": "fn", "addr3": "addr", "err3": "err"},
@@ -904,7 +906,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "network_error",
         ("Call to recv from", "Call to send to", "Got completion", "async fatal event",
-         "Got async event", "Socket recv failed", "got completion with error"),
+         "Got async event", "Socket recv failed", "got completion with error", "Call to ibv_"),
         r"(?:Call to (?:recv from|send to) (?P<peer>\S+) failed : (?P<err>.+)"
         r"|Call to (?:recv|send) failed : (?P<err2>.+)"
         r"|Got completion (?:from peer (?P<peer2>\S+) )?with (?:error (?P<status>\d+)"
@@ -912,6 +914,9 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|async (?:fatal )?event(?: on \w+[^:]*)? ?: (?P<event>.+)"
         r"|Got async event : (?P<event2>.+)"
         r"|Socket recv failed"
+        # NCCL's ibverbs wrapper (misc/ibvwrap.cc): "Call to ibv_reg_mr_iova2 failed with error
+        # Invalid argument", "Call to ibv_modify_qp failed with 110 Connection timed out"
+        r"|Call to (?P<verb>ibv_\w+) failed(?: with(?: error)? (?P<err3>.+))?"
         # rdma-core's mlx5 provider before its CQE dump: "mlx5: host1: got completion with error:"
         # (a file of such lines reads "mlx5: host1: " as host prefixes)
         r"|(?:mlx5: (?P<ibhost>[^:\s]+): )?got completion with error:?$)",

@@ -259,7 +259,7 @@ def _crash_exit(code: object) -> bool:
     return isinstance(code, int) and (code > 0 or signal_name(code) in NATIVE_SIGNALS)
 
 
-NCCL_ERROR = re.compile(r"NCCL error(?: in)?:")
+NCCL_ERROR = re.compile(r"NCCL error(?: in| \d+)?:", re.IGNORECASE)
 #: CUDA errors that leave the context unusable (cudaErrorIllegalAddress, ...LaunchFailure,
 #: ...Assert, ...MisalignedAddress, ...IllegalInstruction, ...HardwareStackError).
 STICKY_CUDA = re.compile(

@@ -57,7 +57,7 @@ class OutOfMemory(Rule):
             return
         ranks = ranks_of(rows) or {int(r["data"]["victim"]) for r in rows
                                    if r["data"].get("victim") is not None} \
-            or self._failed_worker(job)
+            or self._proxy_rank(job, rows) or self._failed_worker(job)
         tried = next((r["data"]["tried"] for r in rows if r["data"].get("tried")), None)
         kind = "host memory (OOM killer)" if any(
             r["data"].get(k) for r in rows for k in ("host", "cgroup", "node")) \
@@ -68,6 +68,14 @@ class OutOfMemory(Rule):
         summary += f" (tried to allocate {tried})." if tried else "."
         yield self.from_rows(rows, summary, shown=2, ranks=ranks, confidence=0.9,
                              details={"tried": tried, "kind": kind})
+
+    @staticmethod
+    def _proxy_rank(job: Job, rows: list[dict[str, Any]]) -> set[int]:
+        """An NCCL out-of-memory line's rank, from the same process's proxy ("[Proxy Service
+        93] Failed to execute operation Setup from rank 93": the service is rank 93's own)."""
+        writers = {(r["host"], r["pid"]) for r in rows if r["pid"] is not None}
+        return {int(r["data"]["svc"]) for r in job.rows("nccl_connect_failure")
+                if r["data"].get("svc") is not None and (r["host"], r["pid"]) in writers}
 
     @staticmethod
     def _failed_worker(job: Job) -> list[int]:
