@@ -712,6 +712,14 @@ PATTERNS: tuple[Pattern, ...] = (
         r"The actor is dead because its worker process has died\. Worker exit type: "
         r"(?P<exit_type>[A-Z_]+)(?: Worker exit detail: (?P<detail>[^.]+))?",
     ),
+    # Ray's check when a process joins a cluster (python/ray/_private/utils.py
+    # check_version_info): "RuntimeError: Version mismatch: The cluster was started with:" then
+    # "    Ray: 2.9.3" / "    Python: 3.10.13" / "This process on node 10.0.0.7 was started with:"
+    _p(
+        "ray_version_mismatch",
+        "Version mismatch: The cluster was started with",
+        r"Version mismatch: The cluster was started with",
+    ),
     # --- DDP ----------------------------------------------------------------------------------
     # DDP's Join context with throw_on_early_termination=True (torch.distributed.algorithms.join,
     # nn.parallel.distributed): the rank out of data raises "Rank 1 exhausted all inputs.", the
@@ -1155,6 +1163,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "network_error": {"failure"},
     "nccl_proxy_peer_closed": {"info"},
     "ray_worker_died": {"failure", "crash"},
+    "ray_version_mismatch": {"failure"},
     "nccl_message_truncated": {"failure"},
     "nccl_bootstrap_mismatch": {"failure"},
     "nccl_invalid_rank": {"failure"},

@@ -3,8 +3,9 @@
 ## What it detects
 Ranks or hosts that report different versions: NCCL's "NCCL version 2.21.5+cuda12.4" lines (one
 per process from NCCL 2.22) and the version in PyTorch's NCCL errors, NCCL's own "Mismatched
-NCCL version detected" check (2.23.4+), and the torch / NCCL / CUDA / Python versions that
-`collect` read from each process.
+NCCL version detected" check (2.23.4+), Ray's refusal of a process whose Ray or Python version
+differs from its cluster's ("Version mismatch: The cluster was started with:"), and the torch /
+NCCL / CUDA / Python versions that `collect` read from each process.
 
 ## Why it hangs or kills the job
 Ranks exchange raw structures during bootstrap and collectives; builds that disagree on their
@@ -82,6 +83,13 @@ class VersionMismatch(Rule):
                 details={"component": what, "versions": {v: sorted(ids) for v, ids in ordered}},
             )
             explicit = []
+        ray = job.rows("ray_version_mismatch")
+        if ray and not explicit:
+            yield self.from_rows(
+                ray, "Ray refused a process started with other versions than its cluster's (the "
+                "Ray and Python versions of the head node and this node differ; the lines after "
+                "'Version mismatch' list both).", shown=2, ranks=(), confidence=0.9)
+            return
         if explicit:
             d = explicit[0]["data"]
             yield self.finding(
