@@ -712,6 +712,18 @@ PATTERNS: tuple[Pattern, ...] = (
         r"The actor is dead because its worker process has died\. Worker exit type: "
         r"(?P<exit_type>[A-Z_]+)(?: Worker exit detail: (?P<detail>[^.]+))?",
     ),
+    # The NCCL a process loaded does not fit the torch or CUDA it runs with: an ncclConfig_t from
+    # a newer NCCL's headers read by an older libnccl ("Invalid config blocking attribute value
+    # -2147483648", init.cc, 2.14+), or NCCL's own check of the CUDA runtime and driver ("NCCL
+    # cannot be captured in a graph if either it wasn't built with CUDA runtime >= 11.3 or if the
+    # installed CUDA driver < R465.", enqueue.cc, 2.9+).
+    _p(
+        "nccl_build_incompatible",
+        ("Invalid config blocking attribute value", "NCCL cannot be captured in a graph"),
+        r"(?P<config>Invalid config blocking attribute value -?\d+)"
+        r"|(?P<graph>NCCL cannot be captured in a graph if either it wasn't built with CUDA "
+        r"runtime >= [\d.]+ or if the installed CUDA driver < R\d+)",
+    ),
     # Ray's check when a process joins a cluster (python/ray/_private/utils.py
     # check_version_info): "RuntimeError: Version mismatch: The cluster was started with:" then
     # "    Ray: 2.9.3" / "    Python: 3.10.13" / "This process on node 10.0.0.7 was started with:"
@@ -1164,6 +1176,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "nccl_proxy_peer_closed": {"info"},
     "ray_worker_died": {"failure", "crash"},
     "ray_version_mismatch": {"failure"},
+    "nccl_build_incompatible": {"failure"},
     "nccl_message_truncated": {"failure"},
     "nccl_bootstrap_mismatch": {"failure"},
     "nccl_invalid_rank": {"failure"},

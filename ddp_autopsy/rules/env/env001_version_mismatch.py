@@ -3,7 +3,9 @@
 ## What it detects
 Ranks or hosts that report different versions: NCCL's "NCCL version 2.21.5+cuda12.4" lines (one
 per process from NCCL 2.22) and the version in PyTorch's NCCL errors, NCCL's own "Mismatched
-NCCL version detected" check (2.23.4+), Ray's refusal of a process whose Ray or Python version
+NCCL version detected" check (2.23.4+), an NCCL that cannot read torch's configuration ("Invalid
+config blocking attribute value -2147483648": an older libnccl than torch's headers) or says its
+CUDA runtime or driver is too old, Ray's refusal of a process whose Ray or Python version
 differs from its cluster's ("Version mismatch: The cluster was started with:"), and the torch /
 NCCL / CUDA / Python versions that `collect` read from each process.
 
@@ -83,6 +85,16 @@ class VersionMismatch(Rule):
                 details={"component": what, "versions": {v: sorted(ids) for v, ids in ordered}},
             )
             explicit = []
+        builds = job.rows("nccl_build_incompatible")
+        if builds and not explicit:
+            d = builds[0]["data"]
+            what = ("torch passed NCCL a configuration its libnccl cannot read: the NCCL "
+                    "loaded is older than the one torch was built against (two NCCL installs; "
+                    "`pip list | grep nccl`)" if d.get("config") else
+                    "NCCL reports a CUDA runtime or driver too old for it: the NCCL, torch and "
+                    "CUDA driver of this environment do not belong together")
+            yield self.from_rows(builds, f"Mismatched builds: {what}.", shown=2, confidence=0.75)
+            return
         ray = job.rows("ray_version_mismatch")
         if ray and not explicit:
             yield self.from_rows(
