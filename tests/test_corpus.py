@@ -15,9 +15,12 @@ corpus_score = importlib.util.module_from_spec(spec)
 sys.modules["corpus_score"] = corpus_score  # its dataclasses look their module up
 spec.loader.exec_module(corpus_score)
 
-CAUSE_FLOOR = 0.88  # measured 163/180 = 0.906
-CULPRIT_FLOOR = 0.72  # of the cases whose truth names culprit ranks: measured 28/37 = 0.757
-SILENT_MAX = 1  # cases with no verdict (measured 1: s6-012, whose log holds no failure line)
+CAUSE_FLOOR = 0.88  # measured 253/282 = 0.897 (163/180 before the blind s7-s9 cases)
+CULPRIT_FLOOR = 0.80  # of the cases whose truth names culprit ranks: measured 53/64 = 0.828
+#: Cases with no verdict, each because its log holds no failure line: the failure is only in the
+#: thread's prose (s7-032: slurmd's configuration noise), or the log is progress bars and
+#: printouts of uneven data (s6-012, s9-020, s9-029), or NCCL INFO lines of a hang (s7-031).
+SILENT_ALLOWED = {"s6-012", "s7-031", "s7-032", "s9-020", "s9-029"}
 
 
 def test_the_corpus_verdicts_do_not_regress() -> None:
@@ -26,8 +29,8 @@ def test_the_corpus_verdicts_do_not_regress() -> None:
     right = sum(c.cause_ok for c in cases) / len(cases)
     misses = [f"{c.name}: {c.truth} -> {c.verdict}" for c in cases if not c.cause_ok]
     assert right >= CAUSE_FLOOR, f"{right:.3f}\n" + "\n".join(misses)
-    silent = [c.name for c in cases if c.verdict is None]
-    assert len(silent) <= SILENT_MAX, silent
+    silent = {c.name for c in cases if c.verdict is None}
+    assert silent <= SILENT_ALLOWED, sorted(silent - SILENT_ALLOWED)
     named = [c for c in cases if c.culprits]
     culprit = sum(c.cause_ok and c.ranks_ok for c in named) / len(named)
     assert culprit >= CULPRIT_FLOOR, f"{culprit:.3f}: " + ", ".join(
