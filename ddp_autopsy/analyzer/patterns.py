@@ -724,6 +724,21 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|(?P<graph>NCCL cannot be captured in a graph if either it wasn't built with CUDA "
         r"runtime >= [\d.]+ or if the installed CUDA driver < R\d+)",
     ),
+    # Which network transport NCCL took (init): "NET/Plugin: Loaded net plugin IBext_v8 (v8)"
+    # (2.19+), "NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin." (2.23+),
+    # "NET/Plugin: Using internal network plugin." (2.21+), "NET/Plugin : No plugin found
+    # (libnccl-net.so), using internal implementation" (2.7-2.18), HPC-X's plugin's own "Plugin
+    # Path : /opt/hpcx/.../libnccl-net.so", and "Using network IB" (2.19+: the transport in use).
+    _p(
+        "nccl_net_choice",
+        ("Loaded net plugin", "Using internal network plugin", "using internal implementation",
+         "Plugin Path : ", "NCCL INFO Using network "),
+        r"NET/Plugin ?: Loaded net plugin (?P<plugin>\S+)"
+        r"|NET/Plugin ?: (?:No plugin found.*?using internal implementation"
+        r"|(?:Could not find: ?\S+\. )?Using internal network plugin)(?P<internal>)"
+        r"|Plugin Path : (?P<path>\S+)"
+        r"|NCCL INFO Using network (?P<network>\S+)",
+    ),
     # Ray's check when a process joins a cluster (python/ray/_private/utils.py
     # check_version_info): "RuntimeError: Version mismatch: The cluster was started with:" then
     # "    Ray: 2.9.3" / "    Python: 3.10.13" / "This process on node 10.0.0.7 was started with:"
@@ -1177,6 +1192,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "ray_worker_died": {"failure", "crash"},
     "ray_version_mismatch": {"failure"},
     "nccl_build_incompatible": {"failure"},
+    "nccl_net_choice": {"info"},
     "nccl_message_truncated": {"failure"},
     "nccl_bootstrap_mismatch": {"failure"},
     "nccl_invalid_rank": {"failure"},
