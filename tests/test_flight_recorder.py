@@ -496,3 +496,18 @@ def test_a_value_that_contains_itself_is_read_not_crashed_on() -> None:
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     statuses = {line.rsplit(" ", 1)[1] for line in proc.stdout.splitlines()}
     assert statuses <= {"ok", "corrupt"} and len(proc.stdout.splitlines()) >= 30
+
+
+def test_collectives_frame_is_one_chunk_per_batch() -> None:
+    """Neighbouring dumps of one batch become one slice of its frame (fewer chunks for the
+    analysis), with the rows the dumps' own entries give, whatever is left out or added."""
+    blobs = {f"fr/nccl_trace_rank_{r}": nccl_dump([nccl_entry(i, state="completed")
+                                                    for i in range(1, 11 + r)])
+             for r in range(12)}
+    with fr.DumpReader(batch_entries=60) as reader:
+        dumps = [reader.add(b, name) for name, b in blobs.items()]
+    other = fr.read_dump(blobs["fr/nccl_trace_rank_3"], "elsewhere/nccl_trace_rank_30")
+    for used in (dumps, dumps[:5] + dumps[6:], [*dumps[:4], other, *dumps[4:]]):
+        frames = fr.build_frames(used)
+        assert frames.collectives.equals(pl.concat([d.entries for d in used]))
+        assert frames.collectives.n_chunks() < len(used) / 2
