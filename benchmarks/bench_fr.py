@@ -6,9 +6,10 @@ a hung job: every rank issued ``ENTRIES`` collectives on the default group, exce
 skipped the last one. Then times, in fresh processes:
 
 * ``ddp-autopsy``: read every dump, build the frames, run the per-group analysis
-  (``collectives.analyze_frames``), in one process (and a helper process that reads half of
-  the dumps, see ``analyzer/fr_reader.py``); with the native reader (``_frpickle``) when it is
-  built, and with ``--python-reader`` also without it (``DDP_AUTOPSY_FR_NATIVE=0``);
+  (``collectives.analyze_frames``), in one process: with the native reader (``_frpickle``)
+  when it is built, its thread parsing files ahead of the caller (``fr_reader.read_native``),
+  and with ``--python-reader`` also without it (``DDP_AUTOPSY_FR_NATIVE=0``: Python's
+  unpickler, and a helper process that reads half of the dumps);
 * ``fr_trace``: ``python -m torch.distributed.flight_recorder.fr_trace DIR`` (needs torch).
 
 Both run in the same minute, one after the other, on the same files; each row reports the
@@ -21,7 +22,7 @@ on a shared machine inflates less), and the machine's load average before each r
     python benchmarks/bench_fr.py --ranks 1024 --no-fr-trace --breakdown 300   # ms per step
     python benchmarks/bench_fr.py --python-reader   # also ours with Python's unpickler only
 
-Figures are in docs/performance.md (section "Flight Recorder").
+Figures are in docs/performance-fr.md.
 """
 
 from __future__ import annotations
