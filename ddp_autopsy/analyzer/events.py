@@ -40,7 +40,7 @@ import queue
 import re
 import threading
 from collections import deque
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -138,7 +138,7 @@ def _found(cands: pl.DataFrame, known: dict[int, frozenset[str]] | None = None
     """Each candidate line with the needles it holds (``known``: by line, as Hyperscan found
     them; a line it does not hold, a failure summary's context line, is looked at here)."""
     if known is not None:
-        for line, raw in cands.iter_rows():
+        for line, raw in cands.rows():
             found = known.get(line)
             yield line, raw, found if found is not None else \
                 frozenset(n for n in _NEEDLE_LIST if n in raw)
@@ -147,7 +147,7 @@ def _found(cands: pl.DataFrame, known: dict[int, frozenset[str]] | None = None
         for line, raw, found in cands.with_columns(FOUND).iter_rows():
             yield line, raw, frozenset(found)
         return
-    for line, raw in cands.iter_rows():
+    for line, raw in cands.rows():
         yield line, raw, frozenset(n for n in _NEEDLE_LIST if n in raw)
 
 
@@ -456,6 +456,13 @@ class _Sifted:
     base: int = 0
     #: The needles on each candidate line, by ``line``, when Hyperscan found them.
     found: dict[int, frozenset[str]] | None = None
+    #: Each candidate (line, text, needles): listed on the pool's thread, where its polars
+    #: calls do not wait behind other blocks' (a call from the caller's thread queued for
+    #: ~1 ms behind the pool's work, per file).
+    rows: list[tuple[int, str, frozenset[str]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rows = list(_found(self.candidates, self.found))
 
 
 #: polars decompresses bytes that start like gzip, zlib or zstd: a block of text that starts so
@@ -503,8 +510,9 @@ def _sift(block: bytes, head: bool, known: FilePrefix | None = None,
     up). The file's first lines decide its prefixes (``known``, found here when None) and how
     to name its writers (``writers``), which a later block decides for itself if they did not."""
     frame, replaced = _lines(block)
-    if known is None:
-        known, writers = detect(frame["text"])
+    if known is None:  # the common file has no prefixes: one query says so
+        known, writers = detect(frame["text"]) if frame.head(SAMPLE_LINES).select(
+            pl.col("text").str.contains(ANY_PREFIX).any()).item() else (NO_PREFIX, None)
     elif writers is None and not head:  # no writer named in the file's first lines: here?
         writers = block_writers(frame["text"], known)
     prefix = known if head else None
@@ -614,15 +622,16 @@ def _lines_before(block: bytes, frame: pl.DataFrame, offsets: list[int]) -> list
     """For each byte offset of ``block`` (ascending), the newlines before it; None when the
     frame's lines, each ended by a newline, are not the block's bytes."""
     if b"\r" not in block:  # then the frame's lines are the bytes between newlines
-        ends = (frame["text"].str.len_bytes().cast(pl.Int64) + 1).cum_sum()
-        if not ends.len():
-            return None
-        if ends[-1] != len(block) + (not block.endswith(b"\n")):
-            return None
         if not offsets:
             return []
-        # ends[i]: the offset after line i's newline; lines ended before offset o: ends <= o.
-        return ends.search_sorted(pl.Series(offsets, dtype=pl.Int64), "right").to_list()
+        # One query (each costs a fixed ~0.1 ms): ends[i], the offset after line i's newline;
+        # the lines ended before offset o are those with ends <= o.
+        size = pl.col("text").str.len_bytes().cast(pl.Int64) + 1
+        got = frame.select(size.sum().alias("size"), size.cum_sum().search_sorted(
+            pl.Series(offsets, dtype=pl.Int64), side="right").alias("lines"))
+        if got["size"][0] != len(block) + (not block.endswith(b"\n")):
+            return None
+        return got["lines"].to_list()
     # CRLF: read_lines dropped a "\r" before newlines; count them in the bytes.
     numbers = []
     pos = line = 0
@@ -933,12 +942,13 @@ def scan_text(
                 notes.append(InputNote(ctx.display, "invalid UTF-8 bytes were replaced by "
                                                     "U+FFFD", "info"))
                 state.noted.add("utf8")
-            cands = sifted.candidates
+            rows: Iterable[tuple[int, str, frozenset[str]]] = sifted.rows
             if not sifted.opens and state.elastic_section is not None:
-                cands = _with_context(cands, sifted.frame)  # the summary goes on
-            stats.candidates += cands.height
+                rows = list(_found(_with_context(sifted.candidates, sifted.frame),
+                                   sifted.found))  # the summary goes on
+            stats.candidates += len(rows)
             state.block_start, state.block_text = line_no, sifted.frame["text"]
-            for line, raw, found in _found(cands, sifted.found):
+            for line, raw, found in rows:
                 if state.spent and _spent(found, raw, state):
                     continue
                 _classify(line_no + line - sifted.base + 1, raw.rstrip("\r"), found, ctx, state,
