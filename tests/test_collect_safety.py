@@ -335,7 +335,12 @@ def test_sigint_leaves_no_partial_file_and_no_claim_of_completeness(tmp_path: Pa
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["complete"] is False and manifest["interrupted"] is True
     kinds = {p["kind"] for p in manifest["problems"]}
-    assert "interrupted" in kinds and "step_timeout" not in kinds, manifest["problems"]
+    assert "interrupted" in kinds, manifest["problems"]
+    # The interrupted step is not called a timeout (another step may really time out when the
+    # machine is loaded: a probe, a /proc read; that is not this test's business).
+    timed_out = [t for p in manifest["problems"] if p["kind"] == "step_timeout"
+                 for t in p["targets"]]
+    assert not [t for t in timed_out if t.startswith(("copy log", "tar"))], timed_out
     copies = [a for a in manifest["actions"] if a["name"] == "copy log"
               and a["target"] == str(big)]
     if phase == "copy":  # stopped at its next chunk, not run to its end
