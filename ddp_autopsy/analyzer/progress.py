@@ -20,22 +20,12 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePath
-from typing import TextIO
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
+from typing import TYPE_CHECKING, TextIO
 
 from ddp_autopsy.analyzer.events import progress_to
+
+if TYPE_CHECKING:  # rich is imported when a bar is shown (10-40 ms of start-up otherwise)
+    from rich.progress import Progress, TaskID
 
 #: Seconds of reading before the progress line appears.
 DELAY = 1.0
@@ -90,6 +80,18 @@ class _Reporter:
         if self._bar is None:
             if time.monotonic() - self._t0 < DELAY:
                 return
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TaskProgressColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
             known = (TaskProgressColumn(), TimeRemainingColumn()) if self._total else ()
             self._bar = Progress(
                 TextColumn("reading logs"), BarColumn(), *known, DownloadColumn(),
