@@ -230,8 +230,12 @@ def _dir_entry(root: Path, real_root: str, entry: os.DirEntry[str], subdirs: lis
     if kind is not None:
         notes.append(InputNote(shown(full), f"{kind}, skipped (never opened)", "info"))
         return None
-    rel = shown(os.path.relpath(full, root)).replace(os.sep, "/")
-    return Member(shown(full), rel, st.st_size, st.st_mtime, opener, path)
+    # Entries are listed under ``root`` as given: their path starts with it (relpath, which
+    # makes both absolute first, costs ~10 us a file).
+    base = os.path.join(os.fspath(root), "")
+    rel = full[len(base):] if full.startswith(base) else os.path.relpath(full, root)
+    return Member(shown(full), shown(rel).replace(os.sep, "/"), st.st_size, st.st_mtime, opener,
+                  path)
 
 
 def _tar_tree(path: Path, notes: list[InputNote]) -> Tree | None:
