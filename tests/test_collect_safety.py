@@ -315,7 +315,10 @@ def test_sigint_leaves_no_partial_file_and_no_claim_of_completeness(tmp_path: Pa
     with fake_job(tmp_path, ["--nproc-per-node", "2", "train.py"]) as job:
         proc = subprocess.Popen([sys.executable, "-m", "ddp_autopsy", "collect", "--pid",
                                  str(job.pid), "--out", str(out), "--tar", "--logs",
-                                 str(big.parent)], stdout=subprocess.PIPE,
+                                 str(big.parent),
+                                 # a loaded machine must not time the big copy out first
+                                 "--step-timeout", "240", "--deadline", "600"],
+                                stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
         try:
             if phase == "copy":  # the big log's own temp files: its copy is under way
