@@ -292,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                  if applicable(*c) is None]
         for n, (fault, position, mode, topology) in enumerate(cells, 1):
             k = f"{fault}|{position}|{mode}|{topology}"
-            if args.skip_done and k in done:
-                continue
+            if args.skip_done and (k in done or k in load_results()):
+                continue  # also a cell another slice ran since this one started
             t0 = time.monotonic()
             try:
                 res = run_cell(fault, position, mode, topology, args.workdir)

@@ -184,8 +184,14 @@ class Cluster:
             (etc / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
 
     def down(self) -> None:
-        with contextlib.suppress(RuntimeError):
-            stop_job(self.procs, self.tag, grace_s=5)
+        try:
+            with contextlib.suppress(RuntimeError):
+                stop_job(self.procs, self.tag, grace_s=5)
+        finally:  # interrupted (SIGTERM to the matrix run) or not, nothing stays behind
+            kill_tagged(self.tag)
+            self._delete()
+
+    def _delete(self) -> None:
         for ns in [*(self.ns(i) for i in range(self.nodes)), self.switch]:
             _sh("ip", "netns", "del", ns, check=False)
             shutil.rmtree(NETNS_ETC / ns, ignore_errors=True)
