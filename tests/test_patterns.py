@@ -315,7 +315,13 @@ ELSEWHERE = {"traceback": "test_layouts / test_engine (tracebacks)",
              "spawn_failed": "rank_crash_spawn scenario", "agent_signal": "scenarios",
              "rank_local_work": "test_rank_local_work", "connect_retry": "scenarios",
              "rdzv_connection_error": "rule examples", "backend_device_mismatch": "ENV003 example",
-             "socket_ifname": "NCCL001 example"}
+             "socket_ifname": "NCCL001 example",
+             # docs/messages/catalog.jsonl examples (test_message_catalog) and rule cases
+             "gloo_loopback_fallback": "GLOO15", "horovod_stall": "HVD01",
+             "horovod_stalled_tensor": "HVD02", "nccl_proxy_peer_closed": "NCCL-PROXY-01",
+             "ray_worker_died": "RAY01", "ray_version_mismatch": "RAY02",
+             "nccl_build_incompatible": "NCCL-INIT-01", "nccl_net_choice": "NCCL-NET-01..04",
+             "native_signal": "UCX01"}
 
 
 def test_every_kind_has_an_example_here_or_is_tested_elsewhere() -> None:

@@ -11,8 +11,10 @@ All layout knowledge is kept here, so a new layout touches one file:
 
 >>> attribution_from_path("logs/0f3e/attempt_0/2/stderr.log")
 PathCue(rank=None, local_rank=2, host=None, pid=None, task=None, cue='torchrun --log-dir path')
->>> attribution_from_path("out/worker-3.txt").rank
+>>> attribution_from_path("out/rank-3.txt").rank
 3
+>>> attribution_from_path("out/worker-3.txt").rank is None  # a pod or node, not a rank
+True
 >>> attribution_from_path("nccl_logs/nccl-gpu-node7-12345.log")[2:4]
 ('gpu-node7', 12345)
 >>> attribution_from_path("slurm/train-task3.out").task

@@ -585,6 +585,17 @@ PATTERNS: tuple[Pattern, ...] = (
         signum=int,
         pid=int,
     ),
+    # UCX's (and OpenMPI's UCX PML's) crash handler, in place of Python's traceback: "[node7:3039
+    # :0:3095] Caught signal 7 (Bus error: nonexistent physical address)", "... Caught signal 11
+    # (Segmentation fault: address not mapped to object at address 0x8)", then a backtrace.
+    _p(
+        "native_signal",
+        "Caught signal ",
+        r"\[(?P<host>[^:\s\]]+):(?P<pid>\d+) ?:\d+: ?\d+\] Caught signal (?P<signum>\d+) "
+        r"\((?P<what>[^:)]+)",
+        signum=int,
+        pid=int,
+    ),
     # SLURM's srun when a task ends badly (src/srun: "%s: task[s] %s: %s"): "srun: error:
     # nid001: task 3: Exited with exit code 1", "srun: error: gpu7: tasks 0-5,7: Killed",
     # "... task 0: Aborted (core dumped)"; the host and tasks are sometimes cut from a paste.
@@ -1164,6 +1175,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "exception": {"failure", "crash"},
     "elastic_failure": {"failure", "crash"},
     "worker_failed": {"failure", "crash"},
+    "native_signal": {"failure", "crash"},
     "srun_task_failed": {"failure"},
     "worker_signal": {"failure"},
     "spawn_failed": {"failure", "crash"},

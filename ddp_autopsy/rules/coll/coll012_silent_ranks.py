@@ -5,7 +5,10 @@ With no stack dumps and no Flight Recorder: some ranks report a collective timeo
 watchdog, Gloo, a monitored barrier) while other ranks of the job — within the world size the
 inputs state, or below the highest rank seen — report none and did not crash. The silent ranks
 are the suspects; the rule quotes the last line each of them printed (a progress bar, "Saving
-checkpoint", evaluation, tokenizing...).
+checkpoint", evaluation, tokenizing...). A monitored barrier says it outright: its root names the
+ranks that never arrived ("Ranks 2 failed to pass monitoredBarrier"), or the others report that
+the root itself never answered ("Rank 3 successfully reached monitoredBarrier, but received
+errors while waiting for send/recv from rank 0").
 
 ## Why it hangs or kills the job
 A collective completes only when every rank enters it. The ranks that timed out were waiting for
@@ -68,6 +71,10 @@ class SilentRanks(Rule):
         if job.stacks.height or job.fr_dumps.height:
             return  # the stacks (COLL002) and the dumps (COLL005) say it better
         events = job.active_events
+        barrier = list(self._barrier_root(job))
+        if barrier:
+            yield from barrier
+            return
         reported = events.filter(pl.col("kind").is_in(REPORTING))
         waiting = set(reported["rank"].drop_nulls().to_list())
         timed_out = reported.filter(pl.col("kind").is_in(kinds_tagged("hang")))
@@ -144,6 +151,42 @@ class SilentRanks(Rule):
                      "last_lines": {str(r): row["text"] for r, row in sorted(last.items())}},
         )
 
+
+    def _barrier_root(self, job: Job) -> Iterator[Finding]:
+        """A monitored barrier (``dist.monitored_barrier``, or TORCH_DISTRIBUTED_DEBUG=DETAIL's
+        check before each collective) that some ranks of the group never reached: its root
+        names them ("Ranks 2 failed to pass monitoredBarrier in 30000 ms"), or the ones that did
+        ("... Successfully processed ranks: 1, 3"); the others say the root never answered
+        ("Rank 3 successfully reached monitoredBarrier, but received errors while waiting for
+        send/recv from rank 0"), and then, with no report of the root's own, the root is the
+        one elsewhere. These ranks were in the group: they joined, and were busy or stuck."""
+        failed = job.rows("monitored_barrier_failed")
+        timeouts = [r for r in job.rows("monitored_barrier_timeout") if "processed" in r["data"]]
+        peers = job.rows("monitored_barrier_peer_error")
+        culprits = {int(x) for r in failed for x in
+                    str(r["data"].get("ranks", "")).replace(",", " ").split() if x.isdigit()}
+        world = job.world_size
+        for r in timeouts if world else []:
+            done = {int(x) for x in str(r["data"]["processed"]).replace(",", " ").split()
+                    if x.isdigit()}
+            culprits |= set(range(world)) - done - {r["data"]["by"]}
+        named = bool(culprits)
+        if not culprits:
+            culprits = {r["data"]["peer"] for r in peers}
+        culprits -= set(job.crashes.ranks)
+        if not culprits:
+            return
+        waiting = sorted({r["data"]["by"] for r in peers} | {r["data"]["by"] for r in timeouts
+                                                              if r["data"].get("by") is not None})
+        who = rank_phrase(culprits)
+        how = ("the barrier's root reported that it never arrived" if named else
+               "it is the barrier's root, and never answered")
+        yield self.from_rows(
+            [*failed[:1], *timeouts[:1], *peers[:2]],
+            f"{who[0].upper()}{who[1:]} never reached the monitored barrier"
+            + (f" that {rank_phrase(waiting)} reached" if waiting else "") + f": {how}.",
+            shown=3, ranks=culprits, confidence=0.6 if named else 0.55,
+            details={"waiting_ranks": waiting})
 
     def _rankless(self, job: Job, timeouts: list[dict[str, Any]]) -> Iterator[Finding]:
         """A timeout in a fragment that names no rank at all (the watchdog's C++ frames, a

@@ -64,6 +64,7 @@ CONSEQUENCE = re.compile(
     r"|wait timeout after|detected by watchdog|Terminating the process|NCCL communicator was aborted"
     r"|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
     r"|Detected mismatch between collectives|failed to pass monitoredBarrier|Address already in use"
+    r"|successfully reached monitoredBarrier"
     r"|cannot be retrieved|while trying to connect to|failed to connect to any network address"
     # Ray's driver reporting that an actor's process is gone
     r"|ActorDiedError|The actor died unexpectedly",
@@ -214,7 +215,8 @@ class RankCrashed(Rule):
         # torch's watchdog ends its process with an uncaught C++ exception (SIGABRT) after a
         # timeout or an NCCL error: that abort is the watchdog's report, not a crash of its own.
         aborted = {r["rank"] for r in job.rows(*WATCHDOG_ABORTS)}
-        exits = earliest_first(r for r in job.rows("worker_failed", "worker_signal")
+        exits = earliest_first(r for r in job.rows("worker_failed", "worker_signal",
+                                                   "native_signal")
                                if _crash_exit(_exit_code(r["data"]))
                                and not (_exit_code(r["data"]) == -6
                                         and (r["rank"] in aborted or None in aborted)))

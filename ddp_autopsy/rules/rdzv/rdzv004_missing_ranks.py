@@ -3,8 +3,7 @@
 ## What it detects
 The store host waited for clients that never came ("Timed out after 601 seconds waiting for
 clients. 2/3 clients joined."), a store wait timed out on keys that other ranks should have set,
-a monitored barrier named the ranks that did not arrive (or, newer, the ones that did), a
-desync report said ranks "never joined any collectives", init_process_group's store-based
+a desync report said ranks "never joined any collectives", init_process_group's store-based
 barrier kept waiting with fewer workers than the world size ("Waiting in store based barrier ...
 key: store_based_barrier_key:1 (world_size=8, worker_count=7 ..."), or launcher messages show
 fewer distinct ranks than the world size (e.g. two nodes both starting as ranks 0 and 1 of 4).
@@ -54,14 +53,10 @@ class MissingRanks(Rule):
         world = job.world_size
         # A desync report's "[2] finished collective #314, but didn't join collective #315" is a
         # rank that joined and fell behind: COLL009's laggard, not a rank missing from the job.
-        for r in job.rows("monitored_barrier_failed", "desync_never_joined"):
+        # (A monitored barrier's missing ranks had joined the group: COLL012's, not these.)
+        for r in job.rows("desync_never_joined"):
             named |= set(_ints(r["data"].get("ranks", "")))
             evidence_rows.append(r)
-        # Newer monitoredBarrier wording names the ranks that arrived: the others did not.
-        for r in job.rows("monitored_barrier_timeout"):
-            evidence_rows.append(r)
-            if world and "processed" in r["data"]:
-                named |= set(range(world)) - set(_ints(r["data"]["processed"])) - {r["data"]["by"]}
         # More check-ins than the world size is a store holding an earlier run's (RDZV005).
         clients = [r for r in job.rows("store_clients_timeout")
                    if r["data"]["joined"] < r["data"]["world"]]
