@@ -750,6 +750,27 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|Plugin Path : (?P<path>\S+)"
         r"|NCCL INFO Using network (?P<network>\S+)",
     ),
+    # NCCL's RAS status report (ncclras, 2.24+; src/ras/client_support.cc) of a communicator
+    # whose ranks launched different numbers of one collective: "Communicator ranks have
+    # different AllGather operation counts", then per value, most frequent first, "30 ranks have
+    # launched up to operation 640" (or "... have not launched any operations"), and the ranks
+    # of the small groups: "Rank 12 -- GPU 4 managed by process 323032 on node 10.0.0.4", or for
+    # one rank alone "Rank 5 has launched up to operation 639 -- GPU 5 managed by ...".
+    _p(
+        "ras_op_counts",
+        ("different ", "ranks have launched up to operation", "ranks have not launched any",
+         " managed by process ", "-- [process information not found]"),
+        r"Communicator ranks have different (?P<op>\w+) operation counts"
+        r"|^\s*(?P<count>\d+) ranks have (?:launched up to operation (?P<value>\d+)"
+        r"|not launched any operations(?P<none>))"
+        r"|^\s*Rank (?P<crank>\d+)(?: has launched up to operation (?P<value2>\d+)"
+        r"| has not launched any operations(?P<none2>))? -- (?:GPU \S+ managed by process "
+        r"(?P<cpid>\d+) on node (?P<node>\S+)|\[process information not found\])",
+        count=int,
+        value=int,
+        crank=int,
+        cpid=int,
+    ),
     # Ray's check when a process joins a cluster (python/ray/_private/utils.py
     # check_version_info): "RuntimeError: Version mismatch: The cluster was started with:" then
     # "    Ray: 2.9.3" / "    Python: 3.10.13" / "This process on node 10.0.0.7 was started with:"
@@ -1205,6 +1226,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "ray_version_mismatch": {"failure"},
     "nccl_build_incompatible": {"failure"},
     "nccl_net_choice": {"info"},
+    "ras_op_counts": {"failure"},
     "nccl_message_truncated": {"failure"},
     "nccl_bootstrap_mismatch": {"failure"},
     "nccl_invalid_rank": {"failure"},
