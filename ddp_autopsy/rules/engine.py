@@ -207,9 +207,17 @@ def _explains(a: Finding, b: Finding) -> bool:
     return b.cause == "rank_stuck_outside_collective" and a.cause == "collective_mismatch"
 
 
+#: Below this confidence a root cause is a suspicion (a fragment's likely rank, a base rate):
+#: it comes after every cause that read its evidence, generic ones included.
+SUSPICION = 0.35
+
+
 def _order_key(f: Finding) -> tuple[int, float, float, datetime]:
     role_order = {"root_cause": 0, "symptom": 1, "info": 2}[f.role]
-    return (role_order, GENERIC.get(f.cause or "", 0), -f.confidence, f.ts or _TS_MAX)
+    generic = GENERIC.get(f.cause or "", 0)
+    if f.confidence < SUSPICION:
+        generic = max(generic, 5)
+    return (role_order, generic, -f.confidence, f.ts or _TS_MAX)
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:

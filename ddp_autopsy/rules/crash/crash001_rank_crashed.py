@@ -263,11 +263,12 @@ def _crash_exit(code: object) -> bool:
 
 NCCL_ERROR = re.compile(r"NCCL error(?: in| \d+)?:", re.IGNORECASE)
 #: CUDA errors that leave the context unusable (cudaErrorIllegalAddress, ...LaunchFailure,
-#: ...Assert, ...MisalignedAddress, ...IllegalInstruction, ...HardwareStackError).
+#: ...Assert, ...MisalignedAddress, ...IllegalInstruction, ...HardwareStackError,
+#: ...ECCUncorrectable).
 STICKY_CUDA = re.compile(
     r"CUDA error: (?:an illegal memory access was encountered|unspecified launch failure"
     r"|device-side assert triggered|misaligned address|an illegal instruction was encountered"
-    r"|hardware stack error)")
+    r"|hardware stack error|uncorrectable ECC error encountered)")
 #: What torch's watchdog prints before it takes its process down.
 WATCHDOG_ABORTS = ("watchdog_timeout", "watchdog_abort", "nccl_teardown")
 
