@@ -505,7 +505,7 @@ PATTERNS: tuple[Pattern, ...] = (
         ("connectFullMesh failed", "failed to connect, willRetry=0", "] connect ["),
         # Older Gloo: "[../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect
         # [127.0.1.1]:27389: Connection refused" (often a hostname resolving to loopback).
-        r"(?:Gloo connectFullMesh failed with|failed to connect, willRetry=0"
+        r"(?:Gloo connectFullMesh failed(?: with)?|failed to connect, willRetry=0"
         r"|pair\.cc:\d+\] connect \[(?P<addr2>[^\]]+)\]:(?P<port2>\d+): (?P<why2>.+))"
         r"(?:.*?(?P<why>Connection refused|Connect timeout|timed out connecting|No route to host"
         r"|Connection reset by peer))?(?:.*?remote=\[(?P<addr>[^\]]+)\]:(?P<port>\d+))?",
@@ -517,9 +517,9 @@ PATTERNS: tuple[Pattern, ...] = (
     # fallback. Manually set the network interface to bind to with GLOO_SOCKET_IFNAME."
     _p(
         "gloo_loopback_fallback",
-        "Using the loopback address as fallback",
-        r"Unable to resolve hostname to a \(local\) address\. Using the loopback address as "
-        r"fallback",
+        "address. Using the loopback",
+        # (a paste wrapped after "loopback" keeps it)
+        r"Unable to resolve hostname to a \(local\) address\. Using the loopback",
     ),
     # An init method in a file (FileStore), as printed by scripts or their argument dumps:
     # "| distributed init (rank 1): file:///nfs/job/dist_init", "--dist-url file:///…".
