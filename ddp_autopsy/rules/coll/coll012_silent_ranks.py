@@ -92,6 +92,15 @@ class SilentRanks(Rule):
             return
         world = job.world_size or (max(seen) + 1 if seen else None)
         if not world or world < 2:
+            # Only the waiting rank is in the inputs: some other rank never came, unnamed.
+            if not job.crashes.ranks and not _own_crashes(job):
+                timeouts = job.decoded_rows(timed_out)
+                yield self.finding(
+                    f"{rank_phrase(waiting).capitalize()} timed out waiting in "
+                    f"{_collective(job, timeouts)}: some other rank never reached it, and the "
+                    "inputs hold nothing from the other ranks.",
+                    evidence=[evidence_of(timeouts[0])], ranks=(), confidence=0.3,
+                    ts=first_ts(timeouts), details={"waiting_ranks": sorted(waiting)})
             return
         silent = set(range(world)) - waiting - set(job.crashes.ranks)
         # A monitored barrier names the ranks that did not arrive: only those are silent (and
