@@ -785,9 +785,12 @@ PATTERNS: tuple[Pattern, ...] = (
     # others "Detected at least one rank that exhausted inputs. Throwing across all ranks."
     _p(
         "inputs_exhausted",
-        ("exhausted all inputs", "rank that exhausted inputs"),
+        ("exhausted all inputs", "rank that exhausted inputs", "Detected uneven workload"),
         r"Rank (?P<exhausted>\d+) exhausted all inputs"
-        r"|(?P<other>Detected at least one rank that exhausted inputs)",
+        r"|(?P<other>Detected at least one rank that exhausted inputs)"
+        # a training loop's own join check (CosyVoice's executor: a monitored barrier per step
+        # whose timeout means a rank ran out of data): "Detected uneven workload distribution: ..."
+        r"|(?P<uneven>Detected uneven workload distribution)",
         exhausted=int,
     ),
     _p(

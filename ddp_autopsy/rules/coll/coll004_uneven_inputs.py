@@ -14,7 +14,9 @@ backward for a partner that never comes, until the timeout.
 
 With DDP's Join context and `throw_on_early_termination=True`, the logs say it too: "Rank 1
 exhausted all inputs." on the rank out of data, "Detected at least one rank that exhausted
-inputs. Throwing across all ranks." on the others.
+inputs. Throwing across all ranks." on the others. So do training loops with a join check of
+their own (CosyVoice's: "Detected uneven workload distribution: ...", after a monitored barrier
+that names the rank that did not come back).
 
 ## Evidence
 py-spy dumps: the ranks in backward, and where the odd ranks are instead (or that they exited);
@@ -86,6 +88,18 @@ class UnevenInputs(Rule):
         if not rows:
             return
         out = sorted({r["data"]["exhausted"] for r in rows if "exhausted" in r["data"]})
+        if all("uneven" in r["data"] for r in rows):
+            # The loop's own check: its barrier names the ranks that did not come back.
+            out = sorted({int(x) for r in job.rows("monitored_barrier_failed") for x in
+                          str(r["data"].get("ranks", "")).replace(",", " ").split()
+                          if x.isdigit()})
+            who = rank_phrase(out) if out else "some ranks"
+            yield self.from_rows(
+                rows, "The training loop's own join check reported uneven workloads ('Detected "
+                f"uneven workload distribution'): {who} had more batches than the others, which "
+                "left the loop and waited.", shown=2, ranks=out, confidence=0.8,
+                details={"exhausted": out})
+            return
         who = rank_phrase(out).capitalize() if out else "At least one rank"
         yield self.from_rows(
             rows, f"{who} ran out of inputs before the others (DDP's Join context stopped every "
