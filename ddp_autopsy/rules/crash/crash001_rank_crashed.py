@@ -120,6 +120,10 @@ class RankCrashed(Rule):
             same = [r for r in primary if r["data"].get("type") == first["data"].get("type")
                     and r["data"].get("msg") == first["data"].get("msg")]
             ranks = {r["rank"] for r in same if r["rank"] is not None}
+            if not ranks and STICKY_CUDA.search(first["text"]):
+                # The unranked exception's CUDA error, re-raised by a ranked watchdog line
+                ranks = {r["rank"] for r in job.rows("cuda_failure") if r["rank"] is not None
+                         and (m := STICKY_CUDA.search(r["text"])) and m.group(0) in first["text"]}
             entry = next((f for f in failures if f["data"].get("rank") in ranks), None)
             code = entry["data"].get("exitcode") if entry else None
             who = subject(ranks, "A rank")
