@@ -17,7 +17,11 @@ from such a mapping, and only when it is unambiguous; the ``cue`` column says wh
 4. per file, one agent's torchelastic failure summary pairs local ranks with ranks
    (``rank : 2 (local_rank: 0)``): that file's ``[default0]:`` lines are rank 2's, when the
    summary names one host and no ranked line of the file pairs a local rank otherwise;
-5. when the inputs show one node only (one host at most, and no line pairs a rank with a
+5. per file, torchrun numbers one agent's workers contiguously (rank = the node's first rank +
+   local rank): when every line of the file that names both pairs them with one offset
+   (``[default0]:[rank6]:`` → 6), a local rank none of them names is offset + local rank
+   (``[default1]:`` → 7), unless another writer of the inputs already holds that rank;
+6. when the inputs show one node only (one host at most, and no line pairs a rank with a
    different local rank), a local rank is the rank: ``[default3]:`` prefixes, torchelastic's
    ``failed (exitcode: -9) local_rank: 3``, DeepSpeed's ``'--local_rank=3' ... exits``.
 
@@ -44,6 +48,7 @@ PID_CUE = "same process (pid) as ranked lines"
 SUMMARY_CUE = "torchelastic failure summary"
 ONE_NODE_CUE = "local rank on the only node the inputs show"
 SUMMARY_LOCAL_CUE = "local rank named by the file's torchelastic failure summary"
+CONTIGUOUS_CUE = "local rank + the file's node offset (torchrun numbers a node contiguously)"
 #: Rows whose host, pid and rank describe one process, though another one wrote the line.
 PROCESS_CUES = (*WRITER_CUES, SUMMARY_CUE, TASK_CUE, SLOT_CUE, NCCL_CUE)
 
@@ -78,7 +83,7 @@ def resolve(events: pl.DataFrame, processes: pl.DataFrame | None = None) -> pl.D
         ).filter(pl.col("rank").is_not_null())
     df = _fill(df, ["_host", "pid"], pl.col("cue").is_in([*PROCESS_CUES, PID_CUE]), PID_CUE,
                extra)
-    return _one_node(_summary_locals(df), processes).drop(_TMP)
+    return _one_node(_contiguous(_summary_locals(df)), processes).drop(_TMP)
 
 
 def _fill(df: pl.DataFrame, keys: list[str], known: pl.Expr, cue: str,
@@ -193,6 +198,40 @@ def _summary_locals(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(fill).then(pl.lit(SUMMARY_LOCAL_CUE)).otherwise(pl.col("cue")).alias("cue"),
         pl.when(fill).then(pl.col("_mapped")).otherwise(pl.col("rank")).alias("rank"),
     ).drop("_mapped")
+
+
+def _contiguous(df: pl.DataFrame) -> pl.DataFrame:
+    """Per file: a local rank no line names takes the offset every named pair of the file
+    agrees on (torchrun's rank = node's first rank + local rank)."""
+    named = df.filter(pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null())
+    if named.height == 0 or df.filter(pl.col("rank").is_null()
+                                      & pl.col("local_rank").is_not_null()).height == 0:
+        return df
+    per_file = (named.group_by("source").agg(
+        (pl.col("rank") - pl.col("local_rank")).unique().alias("_offsets"),
+        pl.struct("local_rank", "rank").unique().alias("_pairs"))
+        .filter(pl.col("_offsets").list.len() == 1)
+        .select("source", pl.col("_offsets").list.first().alias("_offset")))
+    # one local rank with two ranks in a file (two agents' output mixed): no offset there
+    mixed = (named.group_by("source", "local_rank").agg(pl.col("rank").n_unique().alias("_n"))
+             .filter(pl.col("_n") > 1)["source"].unique())
+    per_file = per_file.filter(~pl.col("source").is_in(mixed.implode()))
+    if per_file.height == 0:
+        return df
+    holders = named.group_by("rank").agg(pl.struct("source", "local_rank").unique()
+                                         .alias("_holders"))
+    df = df.join(per_file, on="source", how="left", maintain_order="left")
+    guess = (pl.col("_offset") + pl.col("local_rank")).alias("_guess")
+    df = df.with_columns(guess)
+    taken = (df.filter(pl.col("rank").is_null() & pl.col("_guess").is_not_null())
+             .select("source", "local_rank", "_guess").unique()
+             .join(holders, left_on="_guess", right_on="rank", how="inner")["_guess"])
+    fill = (pl.col("rank").is_null() & pl.col("_guess").is_not_null()
+            & ~pl.col("_guess").is_in(taken.implode()))
+    return df.with_columns(
+        pl.when(fill).then(pl.lit(CONTIGUOUS_CUE)).otherwise(pl.col("cue")).alias("cue"),
+        pl.when(fill).then(pl.col("_guess")).otherwise(pl.col("rank")).alias("rank"),
+    ).drop("_offset", "_guess")
 
 
 def declared_nodes(events: pl.DataFrame) -> int:
