@@ -8,6 +8,7 @@ ProcessGroupNCCL, NCCL); the ``M..`` tags below refer to that catalog.
 
 from __future__ import annotations
 
+import functools
 import re
 import signal
 from dataclasses import dataclass
@@ -18,12 +19,18 @@ from typing import Any
 class Pattern:
     kind: str
     needles: tuple[str, ...]
-    regex: re.Pattern[str]
+    #: The regex's text: compiled on first use (``regex``), so that importing the catalog does
+    #: not compile the ~200 patterns a short log never needs.
+    source: str | re.Pattern[str]
     #: Converters for named groups (default: str).
     types: tuple[tuple[str, type], ...] = ()
     #: Groups that are another wording's copy of a field (``port2`` → ``port``): a regex cannot
     #: name two groups alike, so the copies are folded into the field here, not in the rules.
     aliases: tuple[tuple[str, str], ...] = ()
+
+    @functools.cached_property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.source)  # (a compiled pattern is returned as it is)
 
     def match(self, body: str) -> dict[str, Any] | None:
         m = self.regex.search(body)
@@ -43,6 +50,7 @@ class Pattern:
 
 
 _NUMBERED = re.compile(r"^(?P<base>[a-z_]+?)(?P<n>[2-9])$")
+_GROUP_NAME = re.compile(r"\(\?P<(\w+)>")
 
 
 def _signal_field(value: str) -> str:
@@ -61,15 +69,14 @@ def _p(kind: str, needles: str | tuple[str, ...], regex: str,
     (another wording of the same field), plus the explicit ``alias`` map."""
     if isinstance(needles, str):
         needles = (needles,)
-    rx = re.compile(regex)
-    names = set(rx.groupindex)
+    names = set(_GROUP_NAME.findall(regex))
     aliases = dict(alias or {})
     for name in names:
         m = _NUMBERED.match(name)
         if m and m["base"] in names and name not in aliases:
             aliases[name] = m["base"]
     types = {aliases.get(k, k): v for k, v in types.items()}
-    return Pattern(kind, needles, rx, tuple(types.items()), tuple(sorted(aliases.items())))
+    return Pattern(kind, needles, regex, tuple(types.items()), tuple(sorted(aliases.items())))
 
 
 PATTERNS: tuple[Pattern, ...] = (
@@ -1123,7 +1130,7 @@ NCCL_ADVISORY = (r"falling back|as fallback|[Ii]gnoring|[Ss]kipping|disabling|is
 # NCCL reported that no specific pattern reads.
 PATTERNS = (*PATTERNS, Fallback(
     "nccl_warn", ("NCCL WARN ",),
-    re.compile(rf"NCCL WARN (?!.*(?:{NCCL_ADVISORY}))(?P<msg>\S.*)"),
+    rf"NCCL WARN (?!.*(?:{NCCL_ADVISORY}))(?P<msg>\S.*)",
     known=tuple(p for p in PATTERNS if p.kind not in _CONTEXT_KINDS)))
 
 #: Literal needles of every pattern, for the vectorised pre-filter.
