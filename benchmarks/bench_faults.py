@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -294,12 +295,22 @@ def main(argv: list[str] | None = None) -> int:
             k = f"{fault}|{position}|{mode}|{topology}"
             if args.skip_done and (k in done or k in load_results()):
                 continue  # also a cell another slice ran since this one started
+            # a cell another slice is running now (same run directory): left to it (a run
+            # killed with SIGKILL leaves its claim behind: delete <workdir>/*.running)
+            claim = args.workdir / f"{fault}-{position}-{mode}-{topology}.running"
+            args.workdir.mkdir(parents=True, exist_ok=True)
+            try:
+                os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                continue
             t0 = time.monotonic()
             try:
                 res = run_cell(fault, position, mode, topology, args.workdir)
             except Exception as exc:  # a harness failure is recorded, the matrix goes on
                 res = CellResult(fault, position, mode, topology,
                                  error=f"{type(exc).__name__}: {exc}")
+            finally:
+                claim.unlink(missing_ok=True)
             results[k] = asdict(res)
             save_results(results, args.results)
             left = leftovers(res.cluster, res.tag) if res.cluster else leftovers()
