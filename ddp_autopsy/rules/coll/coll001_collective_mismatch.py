@@ -107,7 +107,9 @@ class CollectiveMismatch(Rule):
         usual = _short(next(fp for r, fp in fp_of.items() if r not in culprits)) \
             if len(culprits) < len(fp_of) else None
         summary = f"{rank_phrase(culprits).capitalize()} called {', '.join(sorted(odd))}"
-        summary += f" where the other ranks called {usual}." if usual else "; the ranks disagree."
+        summary += f" where the other ranks called {usual}" if usual else "; the ranks disagree"
+        summary += (" (as many ranks on each side: rank 0's is the likelier odd one, rank-0-only "
+                    "code being the usual reason)." if not majority and usual else ".")
         seqs = sorted({int(m) for fp in fp_of.values() for m in SEQ.findall(fp)})
         yield self.finding(
             summary,
@@ -138,7 +140,9 @@ class CollectiveMismatch(Rule):
             rows = rows_by_seq[seq]
             yield self.finding(
                 f"At collective #{seq}, {rank_phrase(culprits)} ran {', '.join(odd)} while "
-                f"the other ranks ran {', '.join(others)}.",
+                f"the other ranks ran {', '.join(others)}"
+                + (" (as many ranks on each side: rank 0's is the likelier odd one)."
+                   if not majority and others else "."),
                 evidence=[evidence_of(r) for r in _prefer(rows, culprits)[:3]],
                 ranks=culprits,
                 confidence=0.85 if majority else 0.7,
@@ -148,10 +152,14 @@ class CollectiveMismatch(Rule):
 
 
 def _minority(value_of: dict[int, str]) -> tuple[set[int], bool]:
-    """Ranks whose value differs from the most common one; (all ranks, False) on a tie."""
+    """Ranks whose value differs from the most common one, and whether there is a majority. On
+    a tie rank 0's side is the suspect (code under `if rank == 0`, such as checkpointing or
+    logging, is the usual reason one side calls something else); without rank 0, all ranks."""
     counts = Counter(value_of.values())
     (top, n), *rest = counts.most_common()
     if rest and rest[0][1] == n:
+        if 0 in value_of:
+            return {r for r, v in value_of.items() if v == value_of[0]}, False
         return set(value_of), False
     return {r for r, v in value_of.items() if v != top}, True
 
