@@ -110,12 +110,17 @@ def parse_iptables_save(text: str, source: str = "iptables-save") -> list[Filter
             if rule is None:
                 continue
             rule.family = 6 if source.startswith("ip6") else 4
-            if rule.verdict == "ACCEPT":
-                accepts.setdefault(chain, []).append(rule)
-            else:
-                rule.accepted_before = list(accepts.get(chain, ()))
-                rules.append(rule)
+            _keep(rule, accepts.setdefault(chain, []), rules)
     return rules
+
+
+def _keep(rule: FilterRule, accepted: list[FilterRule], rules: list[FilterRule]) -> None:
+    """An ACCEPT joins its chain's list; any other rule is kept, with the ACCEPTs before it."""
+    if rule.verdict == "ACCEPT":
+        accepted.append(rule)
+    else:
+        rule.accepted_before = list(accepted)
+        rules.append(rule)
 
 
 def _arg(words: list[str], names: tuple[str, ...]) -> str | None:
@@ -233,11 +238,7 @@ def parse_nft(text: str, skip_families: Iterable[str] = ()) -> list[FilterRule]:
             if rule is None:
                 continue
             rule.family = {"ip": 4, "ip6": 6}.get(where[0])
-            if rule.verdict == "ACCEPT":
-                accepts.setdefault(where, []).append(rule)
-            else:
-                rule.accepted_before = list(accepts.get(where, ()))
-                rules.append(rule)
+            _keep(rule, accepts.setdefault(where, []), rules)
     return rules
 
 

@@ -35,6 +35,15 @@ def format_ranks(ranks: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+def parse_ranks(text: object) -> set[int]:
+    """The ranks a message lists: ``"1, 3"``, ``"1 3"`` (the numbers, separators ignored).
+
+    >>> sorted(parse_ranks("5, 6, 3, 1")), parse_ranks(None)
+    ([1, 3, 5, 6], set())
+    """
+    return {int(x) for x in str(text or "").replace(",", " ").split() if x.isdigit()}
+
+
 def short_ranks(ranks: Iterable[int], limit: int = RANGES_SHOWN) -> str:
     """:func:`format_ranks`, elided past ``limit`` ranges.
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ddp_autopsy.analyzer.ranksets import (  # noqa: F401  (the rules' phrasers live here)
     format_ranks,
+    parse_ranks,
     rank_phrase,
     short_ranks,
     subject,

@@ -67,6 +67,7 @@ from ddp_autopsy.analyzer import stacktree
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.stackview import is_backward_wait
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
+from ddp_autopsy.rules.coll.coll012_silent_ranks import barrier_named
 
 
 class UnevenInputs(Rule):
@@ -90,9 +91,7 @@ class UnevenInputs(Rule):
         out = sorted({r["data"]["exhausted"] for r in rows if "exhausted" in r["data"]})
         if all("uneven" in r["data"] for r in rows):
             # The loop's own check: its barrier names the ranks that did not come back.
-            out = sorted({int(x) for r in job.rows("monitored_barrier_failed") for x in
-                          str(r["data"].get("ranks", "")).replace(",", " ").split()
-                          if x.isdigit()})
+            out = sorted(barrier_named(job))
             who = rank_phrase(out) if out else "some ranks"
             yield self.from_rows(
                 rows, "The training loop's own join check reported uneven workloads ('Detected "

@@ -54,6 +54,7 @@ from ddp_autopsy.rules.base import (
     evidence_of,
     excerpt,
     first_ts,
+    parse_ranks,
     rank_phrase,
 )
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
@@ -72,7 +73,8 @@ class SilentRanks(Rule):
             return  # the stacks (COLL002) and the dumps (COLL005) say it better
         events = job.active_events
         barrier = list(self._barrier_root(job))
-        if barrier:
+        if barrier or barrier_named(job):
+            # (named ranks and no finding: the ranks the barrier named are the ones that crashed)
             yield from barrier
             return
         reported = events.filter(pl.col("kind").is_in(REPORTING))
@@ -103,14 +105,6 @@ class SilentRanks(Rule):
                     ts=first_ts(timeouts), details={"waiting_ranks": sorted(waiting)})
             return
         silent = set(range(world)) - waiting - set(job.crashes.ranks)
-        # A monitored barrier names the ranks that did not arrive: only those are silent (and
-        # none when they are the ones that crashed).
-        named = {int(x) for r in job.rows("monitored_barrier_failed")
-                 for x in str(r["data"].get("ranks", "")).replace(",", " ").split() if x.isdigit()}
-        if named:
-            silent &= named
-            if not silent:
-                return
         if _own_crashes(job):
             # A rank failed by itself: the ranks its launcher then stopped were torn down
             # because of it, not silent (CRASH001 tells that story).
@@ -172,13 +166,10 @@ class SilentRanks(Rule):
         failed = job.rows("monitored_barrier_failed")
         timeouts = [r for r in job.rows("monitored_barrier_timeout") if "processed" in r["data"]]
         peers = job.rows("monitored_barrier_peer_error")
-        culprits = {int(x) for r in failed for x in
-                    str(r["data"].get("ranks", "")).replace(",", " ").split() if x.isdigit()}
+        culprits = barrier_named(job)
         world = job.world_size
         for r in timeouts if world else []:
-            done = {int(x) for x in str(r["data"]["processed"]).replace(",", " ").split()
-                    if x.isdigit()}
-            culprits |= set(range(world)) - done - {r["data"]["by"]}
+            culprits |= set(range(world)) - parse_ranks(r["data"]["processed"]) - {r["data"]["by"]}
         named = bool(culprits)
         if not culprits:
             culprits = {r["data"]["peer"] for r in peers}
@@ -240,6 +231,13 @@ class SilentRanks(Rule):
 
 #: The module whose functions are the torch.distributed collectives a traceback ends in.
 C10D_FILE = "torch/distributed/distributed_c10d.py"
+
+
+def barrier_named(job: Job) -> set[int]:
+    """The ranks a monitored barrier's root named as not arriving ("Ranks 2, 5 failed to pass
+    monitoredBarrier in 30000 ms")."""
+    return set().union(*(parse_ranks(r["data"].get("ranks"))
+                         for r in job.rows("monitored_barrier_failed")))
 
 
 def _own_crashes(job: Job) -> set[int]:

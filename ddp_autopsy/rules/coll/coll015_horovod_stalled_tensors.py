@@ -34,11 +34,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, rank_phrase
-
-
-def _ranks(text: str) -> set[int]:
-    return {int(x) for x in text.replace(",", " ").split() if x.isdigit()}
+from ddp_autopsy.rules.base import Finding, Rule, parse_ranks, rank_phrase
 
 
 class HorovodStalledTensors(Rule):
@@ -55,9 +51,9 @@ class HorovodStalledTensors(Rule):
         ready: set[int] = set()
         for r in tensors:
             if r["data"]["which"] == "missing":
-                missing.update(_ranks(r["data"]["ranks"]))
+                missing.update(parse_ranks(r["data"]["ranks"]))
             else:
-                ready |= _ranks(r["data"]["ranks"])
+                ready |= parse_ranks(r["data"]["ranks"])
         if ready and not missing:
             seen = set(job.events["rank"].drop_nulls().to_list())
             world = max(ready | seen) + 1

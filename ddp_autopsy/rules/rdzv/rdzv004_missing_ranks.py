@@ -32,12 +32,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, parse_ranks, rank_phrase
 from ddp_autopsy.rules.coll.coll014_store_wait_for_busy_rank import busy_waits
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.replace(",", " ").split() if x.isdigit()]
 
 
 class MissingRanks(Rule):
@@ -55,7 +51,7 @@ class MissingRanks(Rule):
         # rank that joined and fell behind: COLL009's laggard, not a rank missing from the job.
         # (A monitored barrier's missing ranks had joined the group: COLL012's, not these.)
         for r in job.rows("desync_never_joined"):
-            named |= set(_ints(r["data"].get("ranks", "")))
+            named |= parse_ranks(r["data"].get("ranks"))
             evidence_rows.append(r)
         # More check-ins than the world size is a store holding an earlier run's (RDZV005).
         clients = [r for r in job.rows("store_clients_timeout")
