@@ -20,6 +20,7 @@ Needs root, ip, unshare and iptables (apt-get install -y iproute2 iptables).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import itertools
 import json
 import os
@@ -78,6 +79,49 @@ LIMITS: dict[tuple[str, str | None, str], str] = {
         "ranks, the cause found) and ranks expecting one too many look the same, so no rank is "
         "named. When other ranks got past init and logged, ENV002 names the culprit."),
 }
+
+
+#: A claim written in the old format (empty: no pid) counts as alive this long (no cell runs
+#: longer), then as stale.
+EMPTY_CLAIM_S = 900
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, /proc/<pid>/stat field 22), or
+    None when there is no such process: a pid and its start time name one process, even
+    after the pid is reused."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _claim_alive(claim: Path) -> bool:
+    """Whether the process that wrote ``claim`` (``"<pid> <start time>"``) still runs."""
+    try:
+        text, age = claim.read_text().split(), time.time() - claim.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    if len(text) != 2 or not text[0].isdigit():
+        return age < EMPTY_CLAIM_S
+    return _started(int(text[0])) == text[1]
+
+
+def claim_cell(claim: Path) -> bool:
+    """Claim a cell's run directory for this process (``<workdir>/<cell>.running``, deleted by
+    the caller when the cell is done): True when it is ours. A claim left by a process that is
+    gone (a slice killed with SIGKILL) is taken over; a live one is left to its process. Claims
+    are checked and taken under one lock, so two slices never take over the same claim."""
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    mine = f"{os.getpid()} {_started(os.getpid())}\n"
+    with open(claim.parent / ".claims.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if claim.exists() and _claim_alive(claim):
+            return False
+        tmp = claim.with_name(f".{claim.name}.{os.getpid()}")
+        tmp.write_text(mine)
+        os.replace(tmp, claim)  # the claim is never seen half written
+        return True
 
 
 def key(r: dict) -> str:
@@ -295,13 +339,10 @@ def main(argv: list[str] | None = None) -> int:
             k = f"{fault}|{position}|{mode}|{topology}"
             if args.skip_done and (k in done or k in load_results()):
                 continue  # also a cell another slice ran since this one started
-            # a cell another slice is running now (same run directory): left to it (a run
-            # killed with SIGKILL leaves its claim behind: delete <workdir>/*.running)
+            # a cell another slice is running now (same run directory): left to it (the claim
+            # of a slice that was killed is taken over)
             claim = args.workdir / f"{fault}-{position}-{mode}-{topology}.running"
-            args.workdir.mkdir(parents=True, exist_ok=True)
-            try:
-                os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
+            if not claim_cell(claim):
                 continue
             t0 = time.monotonic()
             try:

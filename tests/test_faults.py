@@ -4,13 +4,17 @@ Each cell builds its nodes as network namespaces on a private bridge (tests/faul
 runs tests/faults/train.py under one torchrun agent per node (c10d rendezvous, Gloo), injects
 one fault and asks ``ddp-autopsy analyze`` for the verdict: the cause and the culprit must be
 right. The full matrix is ``python benchmarks/bench_faults.py``. Needs root, ``ip``,
-``unshare`` and ``iptables``; skipped, with the reason, without them.
+``unshare`` and ``iptables``; skipped, with the reason, without them (the claims test below
+runs anywhere).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,9 +30,9 @@ from faults.harness import (
     run_cell,
 )
 
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 WHY_NOT = can_run()
-pytestmark = [pytest.mark.scenario,
-              pytest.mark.skipif(WHY_NOT is not None, reason=f"fault matrix: {WHY_NOT}")]
+needs_netns = pytest.mark.skipif(WHY_NOT is not None, reason=f"fault matrix: {WHY_NOT}")
 
 # (fault, position, mode, topology): a rank-0 hang, SIGKILL on the last rank, SIGSTOP on the
 # second node, an exception on rank 1, the master's node cut off in a 2x2 job, a skipped
@@ -60,6 +64,8 @@ def sample(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, ...], Ce
     return dict(zip(SAMPLE, results, strict=True))
 
 
+@pytest.mark.scenario
+@needs_netns
 @pytest.mark.parametrize("cell", [
     pytest.param(c, id="-".join(c), marks=[pytest.mark.xfail(strict=False, reason=KNOWN_WRONG[c])]
                  if c in KNOWN_WRONG else [])
@@ -74,12 +80,16 @@ def test_cell_verdict(sample: dict[tuple[str, ...], CellResult], cell: tuple[str
         assert r.culprit_state != "crashed", detail  # frozen, never crashed
 
 
+@pytest.mark.scenario
+@needs_netns
 def test_sample_leaves_nothing_behind(sample: dict[tuple[str, ...], CellResult]) -> None:
     assert len(sample) == len(SAMPLE)  # every cell has run and torn down
     for r in sample.values():
         assert r.cluster and leftovers(r.cluster, r.tag) == []
 
 
+@pytest.mark.scenario
+@needs_netns
 def test_teardown_after_a_failure(tmp_path: Path) -> None:
     """A test that fails inside the cluster still leaves no namespace, link, file or process."""
     cluster = Cluster(2, tmp_path)
@@ -99,3 +109,41 @@ def test_teardown_after_a_failure(tmp_path: Path) -> None:
     assert leftovers(PREFIX + cluster.id, cluster.tag) == []
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert PREFIX + cluster.id not in netns
+
+
+def test_a_killed_slices_claim_is_taken_over(tmp_path: Path) -> None:
+    """bench_faults claims a cell's run directory; a slice killed with SIGKILL leaves its claim
+    behind, and the next slice takes it over, while a live slice's claim is left to it."""
+    sys.path.insert(0, str(BENCH))
+    from bench_faults import claim_cell
+
+    claim = tmp_path / "work" / "sigkill-last-logs-2x2.running"
+    ready = tmp_path / "claimed"
+    slice_ = subprocess.Popen([sys.executable, "-c", (
+        f"import sys, time, pathlib; sys.path.insert(0, {str(BENCH)!r}); "
+        f"from bench_faults import claim_cell; "
+        f"assert claim_cell(pathlib.Path({str(claim)!r})); "
+        f"pathlib.Path({str(ready)!r}).touch(); time.sleep(600)")])
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert slice_.poll() is None and time.monotonic() < deadline, "the slice died"
+            time.sleep(0.05)
+        assert claim.read_text().split()[0] == str(slice_.pid)
+        assert not claim_cell(claim)  # alive: its cell is left to it
+        assert claim.read_text().split()[0] == str(slice_.pid)
+    finally:
+        slice_.send_signal(signal.SIGKILL)
+        slice_.wait()
+    assert claim.exists()  # SIGKILL: nothing cleaned it up
+    assert claim_cell(claim)  # its pid is gone: taken over
+    assert claim.read_text().split()[0] == str(os.getpid())
+    assert not claim_cell(claim)  # and now ours, not taken twice
+    # the old format (an empty file) counts as alive until no cell can still be running
+    old = tmp_path / "work" / "exit-rank0-logs-2x2.running"
+    old.touch()
+    assert not claim_cell(old)
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    assert claim_cell(old)
+    assert sorted(p.name for p in claim.parent.iterdir()) == [
+        ".claims.lock", old.name, claim.name]  # no temporary file left
