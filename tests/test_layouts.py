@@ -18,6 +18,7 @@ import pytest
 
 from ddp_autopsy.analyzer.attribution import resolve
 from ddp_autopsy.analyzer.job import load
+from ddp_autopsy.rules.engine import run
 
 WATCHDOG = ("[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:616] [Rank {r}] Watchdog caught "
             "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, "
@@ -79,8 +80,8 @@ def test_torchrun_log_dir_tree(tmp_path: Path) -> None:
 def test_tee_output_with_launcher_prefixes(tmp_path: Path) -> None:
     lines = [f"[default{lr}]:[rank{lr + 4}]:{WATCHDOG.format(r=lr + 4)}" for lr in range(3)]
     lines += [f"[default2]:{PEER}", "[default0]:epoch 1 done"]
-    df = events(write(tmp_path / "node1.out", lines))
-    assert who(df, "peer_closed") == [(6, 2, None, "launcher prefix mapped via [rankN] lines")]
+    df = events(write(tmp_path / "node1.out", lines))  # the file of node "node1"
+    assert who(df, "peer_closed") == [(6, 2, "node1", "launcher prefix mapped via [rankN] lines")]
 
 
 def test_custom_log_line_prefix_template(tmp_path: Path) -> None:
@@ -280,3 +281,46 @@ def test_many_members_of_a_compressed_tarball_are_read_in_two_passes(tmp_path: P
     (tmp_path / "many.tar.gz").write_bytes(gzip.compress(buf.getvalue()))
     df = events(tmp_path / "many.tar.gz")
     assert who(df, "peer_closed") == [(250, None, None, "file name")]
+
+
+# One node's directory or file names the host of every line in it that names none itself.
+CASE = Path(__file__).parent / "rules" / "cases" / "RDZV002-node-directory"  # a real cell's lines
+
+
+def test_unresolved_host_is_named_by_its_nodes_directory() -> None:
+    """The fault matrix's unresolved_host 2x2 cell (node-1's /etc/hosts lacks node-0): only
+    node-1's console holds the failed lookups, and only its directory says it is node-1's."""
+    analysis = run(load([CASE / "node-0" / "console.log", CASE / "node-1" / "console.log"]))
+    assert analysis.verdict is not None and analysis.verdict.rule == "RDZV002"
+    assert analysis.verdict.hosts == ["node-1"]
+    assert "node-0 does not resolve on node-1" in analysis.verdict.summary
+
+
+@pytest.mark.parametrize("dirs", [("worker-0", "worker-1"), ("run-0", "run-1"),
+                                  ("rank-0", "rank-1"), ("nodes", "hosts")])
+def test_directories_that_name_no_node_give_no_host(tmp_path: Path, dirs: tuple[str, str]
+                                                    ) -> None:
+    """Near-miss: a pod (``worker-1``: its host name is ``<job>-worker-1``), a run, a rank or a
+    plural is not a host: the same lines name no node."""
+    inputs = [tmp_path / d / "console.log" for d in dirs]
+    for node, path in zip(("node-0", "node-1"), inputs, strict=True):
+        path.parent.mkdir()
+        shutil.copy(CASE / node / "console.log", path)
+    analysis = run(load(inputs))
+    assert analysis.verdict is not None and analysis.verdict.rule == "RDZV002"
+    assert analysis.verdict.hosts == []
+    assert events(*inputs)["host"].drop_nulls().to_list() == []
+
+
+@pytest.mark.parametrize("relpath, expect", [
+    ("gpu-node07/attempt_0/1/stderr.log",
+     (1, 1, "gpu-node07", "local rank on the only node the inputs show")),
+    ("host-b/rank5.log", (5, None, "host-b", "file name")),
+    ("slurm-4242-dgx-a07.out", (None, None, "dgx-a07", None)),
+    ("node3.log", (None, None, "node3", None)),
+    ("slurm-4242-task3.out", (None, None, None, None)),
+])
+def test_host_from_a_node_directory_or_file(tmp_path: Path, relpath: str,
+                                            expect: tuple) -> None:
+    df = events(write(tmp_path / relpath, OOM))
+    assert who(df, "oom") == [expect]

@@ -410,7 +410,7 @@ def _load_member(member: Member, ctx: FileContext, notes: list[InputNote],
         inputs.append(InputRecord(member.display, "skipped"))
         notes.append(InputNote(member.display, "not a log (by its file type), skipped", "info"))
         return
-    cue = attribution_from_path(member.relpath)
+    cue = attribution_from_path(member.display)  # the path as given: a node's directory too
     if ctx.rank is None and ctx.local_rank is None and cue.cue:
         ctx.rank, ctx.local_rank, ctx.cue = cue.rank, cue.local_rank, cue.cue
         ctx.host = ctx.host or cue.host

@@ -12,7 +12,8 @@ then this is reported as information only.
 
 ## Evidence
 The resolution warnings (host, port, gai error), and whether a connect failure or a timeout
-followed them.
+followed them. The culprit is the node whose lookups failed: the host its lines name, or the
+node its log file's directory names (`node-1/console.log`): the other nodes resolved the name.
 
 ## Remedy
 Use a name every node resolves, or the master's IP address, in MASTER_ADDR /
@@ -63,17 +64,23 @@ class UnresolvedHost(Rule):
                      if r["source"] == source and r["line"] > last_line][:1]
         continued = job.lines_in(source) - last_line
         evidence = [evidence_of(r) for r in rows[:2]] + [evidence_of(r) for r in terminal[:1]]
+        # The nodes that could not resolve (not the name they looked up: that is `hosts`).
+        failing = [r["host"] for r in rows]
+        on = sorted({h for h in failing if h})
+        where = f" on {', '.join(on)}" if on else ""
         if terminal:
             yield self.finding(
-                f"{named} does not resolve (gai error: {rows[0]['data'].get('msg', 'unknown')}); "
+                f"{named} does not resolve{where} (gai error: "
+                f"{rows[0]['data'].get('msg', 'unknown')}); "
                 f"the rendezvous could not connect.",
-                evidence=evidence, ranks=[r["rank"] for r in rows], confidence=0.9,
-                ts=first_ts(rows), details={"hosts": hosts},
+                evidence=evidence, ranks=[r["rank"] for r in rows], hosts=failing,
+                confidence=0.9, ts=first_ts(rows), details={"hosts": hosts},
             )
         elif continued <= 3:
             yield self.finding(
-                f"{named} does not resolve, and the log ends there (the job hung at rendezvous).",
-                evidence=evidence, ranks=[r["rank"] for r in rows], confidence=0.6,
+                f"{named} does not resolve{where}, and the log ends there (the job hung at "
+                "rendezvous).",
+                evidence=evidence, ranks=[r["rank"] for r in rows], hosts=failing, confidence=0.6,
                 ts=first_ts(rows), details={"hosts": hosts},
             )
         else:
