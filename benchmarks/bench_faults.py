@@ -69,15 +69,34 @@ LIMITS: dict[tuple[str, str | None, str], str] = {
         "three nodes or more the cut node is told apart; in `live`/`fr` the node's own packet "
         "filter, kept by collect, names it)."),
     ("unresolved_host", None, "logs"): (
-        "Console logs carry no host name: the failed lookups are all in the console of the "
-        "node that cannot resolve the endpoint, but only the file's directory name says which "
-        "node that is, and the analysis does not take host names from directory names."),
+        "The failed lookups are all in the console of the node that cannot resolve the "
+        "endpoint, and console lines carry no host name: the node is named by its log "
+        "directory (`node-1/console.log`, layout.host_from_path); a log whose path names no "
+        "node names none."),
     ("world_size", None, "logs"): (
-        "The culprit node's ranks wait in init_process_group for the key of one rank more than "
-        "the job has, while every other rank, stuck in init too, prints nothing at all (no "
-        "rank number, no timeout before the logs end): a rank that never started (missing "
-        "ranks, the cause found) and ranks expecting one too many look the same, so no rank is "
-        "named. When other ranks got past init and logged, ENV002 names the culprit."),
+        "The culprit node's ranks time out in init_process_group waiting for the key of rank N "
+        "(`keys: /default_pg/0//cpu//0/N`, N one past the job's last rank), while every other "
+        "rank, stuck in init too, prints nothing (no rank number, no timeout) before the logs "
+        "end. Nothing in these logs says the job has N ranks: torchrun prints its launch "
+        "config (`nnodes`) and rendezvous result (`group_world_size`, `global_world_sizes`) at "
+        "INFO, which its default log level leaves out; console logs hold no environment dump; "
+        "no rank got past init to print its world. So ranks waiting for a rank N that never "
+        "started (missing_ranks, the cause found) and ranks expecting one rank too many read "
+        "the same, and no rank is named. When other ranks got past init and logged, ENV002 "
+        "names the culprit."),
+    ("link_drop", "node2", "logs"): (
+        "The cut node's launcher had not yet logged its lost store reads when the logs went "
+        "quiet for 10 s (it logs them only once its own store timeout ends): every rank timed "
+        "out in the same all_reduce and every node's launcher looks alike, so the verdict "
+        "(network, right) names every node. Whether that line is in the logs is the harness's "
+        "read time racing the launcher (the same cell is right in 2x2, live and fr)."),
+    ("link_drop", "last", "logs"): (
+        "Rank 3 saw `Connection closed by peer` (a rank of another node exiting after its own "
+        "timeout) instead of a timeout, so not every rank timed out in the collective and the "
+        "network verdict (NCCL004) does not hold; the cut node's launcher's timed-out store "
+        "read is then read as ranks that never joined (RDZV004, no rank named). Which error "
+        "each rank sees is a race of the ranks' exits (the same cell is right in 2x2, live "
+        "and fr)."),
 }
 
 
