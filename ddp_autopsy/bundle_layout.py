@@ -30,6 +30,8 @@ FIREWALL = {"iptables-save": "host/firewall/iptables-save.txt",
             "nft": "host/firewall/nft-ruleset.txt"}
 SUMMARY_EVENTS = "summaries/events.parquet"
 LOGS = "logs"
+#: Earlier stack samples (manifest ``snapshots``): ``collect``'s quick ones, ``watch``'s rounds.
+SNAPSHOTS = "snapshots"
 
 
 def process_dir(pid: int) -> str:

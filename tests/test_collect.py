@@ -199,6 +199,35 @@ def test_stacks_show_the_hang(hung: SimpleNamespace, collected: SimpleNamespace)
 
 
 @pytest.mark.scenario
+def test_earlier_samples_tell_a_hang_from_a_job_between_steps(
+        hung: SimpleNamespace, collected: SimpleNamespace, tmp_path: Path) -> None:
+    out = collected.out
+    snaps = collected.result.manifest["snapshots"]
+    workers = {str(pid) for pid in hung.torchrun.ranks.values()}
+    assert [s["index"] for s in snaps] == [0, 1] and all(s["by"] == "collect" for s in snaps)
+    for snap in snaps:
+        assert set(snap["stacks"]) == workers, snap
+        for pid, rel in snap["stacks"].items():
+            names = frame_names(main_thread(json.loads((out / rel).read_text()), int(pid)))
+            assert ("evaluate" in names) == (pid == str(hung.torchrun.ranks[1])), names
+    stuck = run(load([out]))
+    (coll,) = [f for f in stuck.findings if f.rule == "COLL002"]
+    assert coll.ranks == [1] and "(the same in 3 stack snapshots)" in coll.summary
+    assert coll.details["snapshots"] == 3
+    # The same bundle, but rank 0 was elsewhere in the first sample: its all_reduce completed
+    # between the samples, so the job only passed by: no rank is stuck.
+    moved = tmp_path / "moved"
+    shutil.copytree(out, moved)
+    rank0, rank1 = (str(hung.torchrun.ranks[r]) for r in (0, 1))
+    first = moved / snaps[0]["stacks"][rank0]
+    first.write_text((moved / snaps[0]["stacks"][rank1]).read_text()
+                     .replace(f'"os_thread_id": {rank1}', f'"os_thread_id": {rank0}'))
+    passing = run(load([moved]))
+    assert not [f for f in passing.findings if f.rule == "COLL002"], passing.findings
+    assert passing.verdict is None or passing.verdict.rule != "COLL002"
+
+
+@pytest.mark.scenario
 def test_manifest_and_info_follow_the_contract(hung: SimpleNamespace,
                                                collected: SimpleNamespace) -> None:
     out = collected.out

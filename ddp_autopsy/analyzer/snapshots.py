@@ -179,6 +179,21 @@ def movement(snapshots: Iterable[Snapshot]) -> list[Movement]:
     return sorted(out, key=lambda m: (m.rank is None, m.rank, m.pid))
 
 
+def moved(moves: Iterable[Movement], procs: Iterable[Any]) -> list[Any]:
+    """The processes of ``procs`` (anything with ``rank`` and ``pid``) seen to move between
+    snapshots: matched by rank when both know it, else by pid."""
+    moves = list(moves)
+    by_rank = {m.rank for m in moves if m.moved and m.rank is not None}
+    by_pid = {m.pid for m in moves if m.moved}
+    return [p for p in procs
+            if (p.rank in by_rank if p.rank is not None and by_rank else p.pid in by_pid)]
+
+
+def still(moves: Iterable[Movement]) -> int:
+    """How many snapshots saw the ranks that did not move (0: no comparison was possible)."""
+    return max((m.snapshots for m in moves if not m.moved), default=0)
+
+
 def one_per_process(moves: Iterable[Movement]) -> list[Movement]:
     """One movement per process, from several sources (copies of a bundle repeat its own
     snapshots): the one that saw it most often, moved if any of them saw it move."""

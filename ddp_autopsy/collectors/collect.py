@@ -6,10 +6,12 @@ rewritten after each phase with ``"complete": false`` until the end):
 1. discover the job (``--pid`` → its tree, else the only job on the host);
 2. per process, in parallel: ``/proc`` facts (cmdline, env, fds, maps → versions);
 3. poke the Flight Recorder pipes (so that ranks dump while we work);
-4. in parallel: py-spy dumps and ``info.json`` per process, host commands (``ip``,
+4. quick py-spy samples of every rank, a random gap apart (the manifest's earlier ``snapshots``:
+   which ranks moved before the full dumps);
+5. in parallel: py-spy dumps and ``info.json`` per process, host commands (``ip``,
    ``nvidia-smi``, ``dmesg``) then ``host.json``, rendezvous endpoint probes;
-5. logs, Flight Recorder dumps, problems and warnings, the final manifest;
-6. the optional ``.tar.gz``, bounded by the time left (its outcome rewrites the manifest).
+6. logs, Flight Recorder dumps, problems and warnings, the final manifest;
+7. the optional ``.tar.gz``, bounded by the time left (its outcome rewrites the manifest).
 
 Files the job names (logs, Flight Recorder dumps, init files) are read only as far as the job's own
 user may read them (:mod:`~ddp_autopsy.collectors.access`). An interrupt (``opts.cancel``, set by
@@ -20,6 +22,7 @@ leaves a manifest with ``"complete": false, "interrupted": true``.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import tarfile
 import threading
@@ -28,7 +31,7 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +77,8 @@ from ddp_autopsy.collectors.process_info import ProcessRecord, collect_facts, co
 
 MAX_WORKERS = 6
 FR_WAIT_S = 5.0  # at most this long for triggered Flight Recorder dumps to appear
+SAMPLE_GAP_S = (0.4, 0.9)  # between stack samples: random, so no job's loop beats in step with it
+SAMPLE_TIMEOUT_S = 5.0  # one quick sample of one process
 TAR_GRACE_S = 1.0  # the tar stops itself at the deadline; abandoned only if stuck this long after
 
 
@@ -90,6 +95,9 @@ class CollectOptions:
     force: bool = False  # overwrite an existing <out>.tar.gz
     progress: bool = False
     max_log_bytes: int = MAX_LOG_BYTES  # per file; larger logs keep head and tail
+    #: stack samples per rank: the last is the full dump, the earlier ones only tell which
+    #: ranks moved (a rank seen once outside a collective may just be between two steps)
+    samples: int = 3
     cancel: threading.Event | None = None  # set it (e.g. from a signal handler) to interrupt
 
 
@@ -184,6 +192,7 @@ class _Collection:
             self.read_processes(pool)
             self.checkpoint()
             fr, triggered, fr_started = self.trigger_flight_recorder()
+            self.early_snapshots(pool)
             self.sample(pool)
         self.checkpoint()
         plan = self.copy_logs()
@@ -285,6 +294,40 @@ class _Collection:
                     self.refused.append(f"{path}: not readable by the job's user")
         if found:
             self.bundle.manifest["init_files"] = found
+
+    def early_snapshots(self, pool: ThreadPoolExecutor) -> None:
+        """Quick py-spy samples of every rank before the full dumps, a random gap apart: the
+        manifest's ``snapshots`` (docs/bundle.md), from which the analysis tells the ranks that
+        moved (a job between two steps) from those that stay where they are (a hang)."""
+        b, rounds = self.bundle, self.opts.samples - 1
+        pids = [p.member.pid for p in self.procs.values()
+                if p.member.role == "worker" and p.info.get("status") == OK]
+        timeout = min(self.step, SAMPLE_TIMEOUT_S)
+        if rounds < 1 or not pids or self.pyspy_exe is None or \
+                b.deadline.remaining() < rounds * SAMPLE_GAP_S[1] + 2 * timeout:
+            return  # not worth the time the full dumps need
+        exe, entries = self.pyspy_exe, []
+        for i in range(rounds):
+            if i:
+                b.deadline.cancel_event.wait(random.uniform(*SAMPLE_GAP_S))
+            if b.deadline.cancelled or not pids:
+                break
+            taken = datetime.now(timezone.utc).isoformat()
+            rels = {pid: f"{layout.SNAPSHOTS}/collect-{i}/{pid}/stack.json" for pid in pids}
+            runs = {pid: pool.submit(b.command, "py-spy sample",
+                                     pyspy.dump_argv(exe, pid, as_json=True, native=False),
+                                     target=f"pid {pid}", path=rels[pid], step_timeout=timeout)
+                    for pid in pids}
+            stacks = {}
+            for pid, fut in runs.items():
+                got = fut.result()
+                if got is not None and got.exit_code == 0 and not got.timeout_hit and \
+                        pyspy.parses_as_json(b.root / rels[pid]):
+                    stacks[str(pid)] = rels[pid]
+            pids = [pid for pid in pids if str(pid) in stacks]  # a failed one is not retried
+            entries.append({"index": i, "taken": taken, "by": "collect", "stacks": stacks})
+        if entries:
+            b.manifest["snapshots"] = entries
 
     def sample(self, pool: ThreadPoolExecutor) -> None:
         """Stacks, host commands and endpoint probes, all at once."""

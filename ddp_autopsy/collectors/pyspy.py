@@ -349,10 +349,14 @@ def _refine(result: CommandResult, status: str, error: str | None) -> None:
         result.action.error = error if status != OK else None
 
 
-def _json_path(bundle: Bundle, rel: str) -> str | None:
-    """``rel`` if it holds valid JSON (a timed-out dump may be cut mid-document)."""
+def parses_as_json(path: Path) -> bool:
+    """Whether ``path`` holds valid JSON (a timed-out dump may be cut mid-document)."""
     try:
-        json.loads((bundle.root / rel).read_text())
+        json.loads(path.read_text())
     except (OSError, ValueError):
-        return None
-    return rel
+        return False
+    return True
+
+
+def _json_path(bundle: Bundle, rel: str) -> str | None:
+    return rel if parses_as_json(bundle.root / rel) else None

@@ -342,7 +342,9 @@ class Watcher:
         t0 = time.monotonic()
         copts = CollectOptions(out=out, logs=[Path(p) for p in self.tail.sizes],
                                deadline_s=self.opts.deadline_s,
-                               step_timeout_s=self.opts.step_timeout_s)
+                               step_timeout_s=self.opts.step_timeout_s,
+                               # its own rounds are the earlier samples when it keeps them
+                               samples=1 if snapshots and self.rounds else CollectOptions.samples)
         try:
             job = self.job
             with contextlib.suppress(CollectError):  # DataLoader workers come and go
@@ -369,7 +371,7 @@ class Watcher:
         for i, (taken, raws) in enumerate(self.rounds if snapshots else ()):
             stacks = {}
             for pid, raw in raws.items():
-                rel = f"snapshots/{i}/{pid}/stack.json"
+                rel = f"{layout.SNAPSHOTS}/{i}/{pid}/stack.json"
                 try:
                     doc = redact_obj(json.loads(raw))
                 except ValueError:
@@ -380,8 +382,10 @@ class Watcher:
             entries.append({"index": i, "taken": datetime.fromtimestamp(
                 taken, timezone.utc).isoformat(), "stacks": stacks})
         man["watch"] = watch
-        if entries:
-            man["snapshots"] = entries
+        # the watcher's rounds came first; collect's own quick samples follow them
+        later = [e for e in man.get("snapshots") or [] if isinstance(e, dict)]
+        if entries or later:
+            man["snapshots"] = [{**e, "index": i} for i, e in enumerate(entries + later)]
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text(json.dumps(man, indent=2))
         os.replace(tmp, path)

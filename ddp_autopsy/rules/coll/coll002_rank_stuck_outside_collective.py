@@ -13,7 +13,9 @@ watchdog kills it.
 
 ## Evidence
 py-spy dumps of every rank (from `ddp-autopsy collect`, or `py-spy dump` output in the logs):
-the collective the majority waits in, and the innermost user frame of the odd ranks.
+the collective the majority waits in, and the innermost user frame of the odd ranks. `collect`
+samples every rank a few times, a random gap apart: when the waiting ranks moved between the
+samples, their collective completed and the job is only between two steps, so nothing is said.
 
 ## Remedy
 Make the odd rank's work collective-free or shared: run evaluation on every rank (shard the
@@ -55,7 +57,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ddp_autopsy.analyzer import stacktree
+from ddp_autopsy.analyzer import snapshots, stacktree
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.stackview import wait_label
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
@@ -77,6 +79,9 @@ class RankStuckOutsideCollective(Rule):
         n_out = sum(c.size for c in outside)
         if not waiting or not outside or n_out > n_wait:
             return
+        waiters = [p for c in waiting for p in tree.members(c.members)]
+        if snapshots.moved(job.snapshot_moves, waiters):
+            return  # their collective completed between stack snapshots: the job moves on
         top = max(waiting, key=lambda c: c.size)
         op = wait_label(top.collective)
         procs = [p for c in outside for p in tree.members(c.members)]
@@ -96,9 +101,11 @@ class RankStuckOutsideCollective(Rule):
             evidence.append(Evidence(path=p.source, line=None, rank=p.rank, host=p.host,
                                      text=f"{p.label} (pid {p.pid}): {frame}"))
         first = outside[0].user_frame
+        seen = snapshots.still(job.snapshot_moves)
         yield self.finding(
             f"{who[0].upper()}{who[1:]} never reached the collective: {n_wait} of "
-            f"{len(tree)} ranks wait in {op} while {'; '.join(places)}.",
+            f"{len(tree)} ranks wait in {op} while {'; '.join(places)}"
+            + (f" (the same in {seen} stack snapshots)." if seen > 1 else "."),
             evidence=evidence,
             ranks=ranks,
             hosts=[p.host for p in procs],
@@ -110,6 +117,7 @@ class RankStuckOutsideCollective(Rule):
                 "line": first.line if first else None,
                 "place": outside[0].place,
                 "stack_class": outside[0].id,
+                "snapshots": seen or 1,
                 "waiting_ranks": sorted(p.rank for c in waiting for p in tree.members(c.members)
                                         if p.rank is not None),
             },

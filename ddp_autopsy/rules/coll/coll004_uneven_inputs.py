@@ -63,7 +63,7 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from ddp_autopsy.analyzer import stacktree
+from ddp_autopsy.analyzer import snapshots, stacktree
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.stackview import is_backward_wait
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
@@ -117,6 +117,8 @@ class UnevenInputs(Rule):
         n_else = sum(c.size for c in elsewhere) + len(gone)
         if not n_else or n_else > n_back:
             return
+        if snapshots.moved(job.snapshot_moves, tree.procs):
+            return  # a collective completed between stack snapshots: ranks only passing by
         procs = [p for c in elsewhere for p in tree.members(c.members)]
         ranks = [p.rank for p in procs] + sorted(gone)
         parts = []

@@ -58,7 +58,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
-from ddp_autopsy.analyzer import stacktree
+from ddp_autopsy.analyzer import snapshots, stacktree
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.stackview import is_backward_wait, wait_label
 from ddp_autopsy.rules.base import Evidence, Finding, Rule
@@ -77,6 +77,8 @@ class RanksInDifferentCollectives(Rule):
             return  # a rank outside any collective is COLL002's
         if any(is_backward_wait(c.collective) for c in classes):
             return  # some ranks in DDP's backward, others in a later collective: COLL004's
+        if snapshots.moved(job.snapshot_moves, tree.procs):
+            return  # a collective completed between stack snapshots: ranks only passing by
         # Ranks waiting in the same call (collective and the user frame that made it) agree.
         calls: dict[tuple[str, str], list] = defaultdict(list)
         for c in classes:
