@@ -79,6 +79,16 @@ def _p(kind: str, needles: str | tuple[str, ...], regex: str,
     return Pattern(kind, needles, regex, tuple(types.items()), tuple(sorted(aliases.items())))
 
 
+#: The words bash prints for the signals a process dies of by itself (or the OOM killer's).
+_SHELL_SIGNUMS = {"Segmentation fault": 11, "Bus error": 7, "Aborted": 6,
+                  "Illegal instruction": 4, "Floating point exception": 8, "Killed": 9}
+_SHELL_SIGNALS = "|".join(_SHELL_SIGNUMS)
+
+
+def _shell_signum(words: str) -> int:
+    return _SHELL_SIGNUMS[words]
+
+
 PATTERNS: tuple[Pattern, ...] = (
     # --- rendezvous / TCPStore / sockets -----------------------------------------------------
     # M14, non-libuv: "...failed to bind to [::]:29500 (errno: 98 - Address already in use)."
@@ -603,6 +613,22 @@ PATTERNS: tuple[Pattern, ...] = (
         signum=int,
         pid=int,
     ),
+    # A shell's report of a child a signal ended (bash's strsignal words, jobs.c): a script's
+    # "./run.sh: line 184: 2324239 Aborted (core dumped) python train.py", an interactive
+    # shell's bare "Bus error (core dumped)" or job line "[1]+  Killed   python train.py".
+    # Only the signals a process dies of by itself or by the OOM killer: Terminated / Hangup
+    # come from outside and a bare "Terminated" is too common a word to read alone.
+    _p(
+        "native_signal",
+        ("Segmentation fault", "Bus error", "Aborted", "Illegal instruction",
+         "Floating point exception", "Killed"),
+        r"^(?:(?P<script>\S+): line \d+: +(?P<pid>\d+) +(?P<signum>" + _SHELL_SIGNALS + r")"
+        r"(?: \(core dumped\))?(?: .*)?"
+        r"|(?:\[\d+\][+-]? +)?(?P<signum2>" + _SHELL_SIGNALS + r")(?: \(core dumped\))?"
+        r"(?: {2,}\S.*)?)\s*$",
+        signum=_shell_signum,
+        pid=int,
+    ),
     # SLURM's srun when a task ends badly (src/srun: "%s: task[s] %s: %s"): "srun: error:
     # nid001: task 3: Exited with exit code 1", "srun: error: gpu7: tasks 0-5,7: Killed",
     # "... task 0: Aborted (core dumped)"; the host and tasks are sometimes cut from a paste.
@@ -726,9 +752,25 @@ PATTERNS: tuple[Pattern, ...] = (
     # killer due to high memory usage. ..." (an exit Ray did not ask for, with no error of its own)
     _p(
         "ray_worker_died",
-        "because its worker process has died",
+        ("because its worker process has died", "killed while executing a task by an "
+         "unexpected system error"),
+        # (an INTENDED_USER_EXIT / INTENDED_SYSTEM_EXIT is Ray or the user ending it: no failure)
         r"The actor is dead because its worker process has died\. Worker exit type: "
-        r"(?P<exit_type>[A-Z_]+)(?: Worker exit detail: (?P<detail>[^.]+))?",
+        r"(?!INTENDED_)(?P<exit_type>[A-Z_]+)(?: Worker exit detail: (?P<detail>[^.]+))?"
+        # the raylet's own report of a task's worker (src/ray/raylet/node_manager.cc), its exit
+        # type and detail often cut from a paste: "(raylet) A worker died or was killed while
+        # executing a task by an unexpected system error. ... Worker exit type: SYSTEM_ERROR"
+        r"|(?P<unexpected>A worker died or was killed while executing a task by an unexpected "
+        r"system error)(?:.*?Worker exit type: (?P<exit_type2>[A-Z_]+))?"
+        r"(?:.*?Worker exit detail: (?P<detail2>[^.]+))?",
+    ),
+    # Ray Train when one of its training workers' actor died (train/_internal/utils.py
+    # check_for_failure): "Worker 0 has failed." (the index in the worker group: its world rank).
+    _p(
+        "ray_train_worker_failed",
+        " has failed.",
+        r"^Worker (?P<rank>\d+) has failed\.\s*$",
+        rank=int,
     ),
     # The NCCL a process loaded does not fit the torch or CUDA it runs with: an ncclConfig_t from
     # a newer NCCL's headers read by an older libnccl ("Invalid config blocking attribute value
@@ -1044,6 +1086,16 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?P<around2>\d+)",
         around=int,
     ),
+    # DeepSpeed ZeRO-3's check that every rank fetched the same sub-modules' parameters in the
+    # same order (runtime/utils.py assert_ints_same_as_other_ranks, from the partitioned-param
+    # coordinator's trace): "disagreement between rank0 and rank6: rank0: [ids...], rank6: [...]".
+    # Different traces mean different parameter all-gathers: the ranks ran different code.
+    _p(
+        "zero3_trace_mismatch",
+        "disagreement between rank0 and rank",
+        r"disagreement between rank0 and rank(?P<other>\d+)",
+        other=int,
+    ),
     # NCCL's error return chain (NCCLCHECK: INFO "%s:%d -> %d"): "NCCL INFO misc/socket.cc:567
     # -> 2", "bootstrap.cc:270 -> 2" — a call failed with that ncclResult_t (1 unhandled CUDA
     # error, 2 system error, 3 internal error, 4 invalid argument, 5 invalid usage, 6 remote
@@ -1233,6 +1285,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "network_error": {"failure"},
     "nccl_proxy_peer_closed": {"info"},
     "ray_worker_died": {"failure", "crash"},
+    "ray_train_worker_failed": {"failure"},
     "ray_version_mismatch": {"failure"},
     "nccl_build_incompatible": {"failure"},
     "nccl_net_choice": {"info"},
@@ -1252,6 +1305,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "ddp_model_mismatch": {"failure"},
     "nccl_connect_retry": {"info"},
     "nccl_collective_mismatch": {"failure"},
+    "zero3_trace_mismatch": {"failure"},
     "nccl_warn": {"failure"},
     "nccl_teardown": {"failure"},
     "cpp_terminate": {"failure"},

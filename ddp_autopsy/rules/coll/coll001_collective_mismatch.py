@@ -7,7 +7,9 @@ differ), or watchdog timeouts where ranks report different operations for the sa
 number (e.g. rank 0 in REDUCE #3742816 while the others are in _ALLGATHER_BASE #3742816), or
 NCCL's own check: "Mismatched collective detected, please check your collective calls at and
 around rank 39" (2.4-2.6), "Your program may be hanging, this may be caused by a collective
-mismatch around rank 3".
+mismatch around rank 3", or DeepSpeed ZeRO-3's check of the parameters each rank fetched:
+"disagreement between rank0 and rank6" (the ranks ran different modules, so they would gather
+different parameters).
 
 ## Why it hangs or kills the job
 Collectives are matched by order: when one rank calls broadcast where the others call
@@ -69,6 +71,21 @@ class CollectiveMismatch(Rule):
         yield from self._fingerprints(job)
         yield from self._watchdog_ops(job)
         yield from self._nccl_check(job)
+        yield from self._zero3_traces(job)
+
+    def _zero3_traces(self, job: Job) -> Iterator[Finding]:
+        """DeepSpeed ZeRO-3's own check: rank 0 and rank N fetched different sub-modules'
+        parameters, so they would issue different all-gathers (no side is the odd one)."""
+        rows = job.rows("zero3_trace_mismatch")
+        if not rows:
+            return
+        others = sorted({r["data"]["other"] for r in rows if "other" in r["data"]})
+        yield self.from_rows(
+            rows, f"DeepSpeed ZeRO-3 found that rank 0 and {rank_phrase(others)} ran different "
+            "modules (their traces of fetched parameters differ), so they would issue different "
+            "parameter all-gathers: a data-dependent branch, an MoE expert, or inputs that skip "
+            "a module on some ranks.", shown=2, ranks=[], confidence=0.85,
+            details={"ranks_compared": [0, *others]})
 
     def _nccl_check(self, job: Job) -> Iterator[Finding]:
         """NCCL's own check: "... collective mismatch around rank N" (a rank that called a

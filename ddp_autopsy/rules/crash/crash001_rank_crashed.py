@@ -63,7 +63,7 @@ CONSEQUENCE = re.compile(
     r"|SignalException|KeyboardInterrupt|SystemExit|Socket Timeout|DistStoreError"
     r"|wait timeout after|detected by watchdog|Terminating the process|NCCL communicator was aborted"
     r"|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
-    r"|Detected mismatch between collectives|failed to pass monitoredBarrier|Address already in use"
+    r"|Detected mismatch between collectives|disagreement between rank0 and rank|failed to pass monitoredBarrier|Address already in use"
     r"|successfully reached monitoredBarrier"
     r"|cannot be retrieved|while trying to connect to|failed to connect to any network address"
     # Ray's driver reporting that an actor's process is gone

@@ -89,14 +89,19 @@ class OutOfMemory(Rule):
         """A Ray actor's process that exited without Ray asking (SYSTEM_ERROR) and with no
         error of its own: the kernel's OOM killer is the usual reason, as Ray itself says."""
         died = [r for r in job.rows("ray_worker_died") if r["data"].get("exit_type") ==
-                "SYSTEM_ERROR"]
-        if not died or job.rows("agent_signal", "external_signal"):
-            return
+                "SYSTEM_ERROR" or r["data"].get("unexpected")]
+        if not died or job.rows("agent_signal", "external_signal", "network_error"):
+            return  # stopped from outside, or its NIC failed first: not the OOM killer's doing
+        # Ray Train names the training worker whose actor died (its index is its world rank)
+        failed = job.rows("ray_train_worker_failed")
+        ranks = sorted({r["data"]["rank"] for r in failed})
+        who = f"Ray Train worker {ranks[0]}'s process" if len(ranks) == 1 else \
+            "A Ray worker process"
         yield self.from_rows(
-            died, "A Ray worker process died with no error of its own (exit type SYSTEM_ERROR, "
+            died + failed, f"{who} died with no error of its own (exit type SYSTEM_ERROR, "
             f"{(died[0]['data'].get('detail') or 'connection lost').strip()}): most likely the "
             "host's OOM killer (`dmesg` on that host confirms it; a segfault is the other "
-            "common reason).", shown=2, confidence=0.45,
+            "common reason).", shown=2, confidence=0.45, ranks=ranks if len(ranks) == 1 else [],
             details={"kind": "host memory (worker vanished)"})
 
     def _killed(self, job: Job) -> Iterator[Finding]:
@@ -106,8 +111,10 @@ class OutOfMemory(Rule):
             return  # stopped from outside (CRASH003): a SIGKILL may be the scheduler's doing
         if any(r["data"].get("signal") == "SIGKILL" for r in job.rows("closing_signal")):
             return  # the launcher's own SIGKILL, after SIGTERM did not stop it: not the kernel
-        killed = [r for r in job.rows("elastic_failure", "worker_failed", "spawn_failed")
+        killed = [r for r in job.rows("elastic_failure", "worker_failed", "spawn_failed",
+                                      "native_signal")
                   if r["data"].get("exitcode") == -9 or r["data"].get("signal") == "SIGKILL"
+                  or r["data"].get("signum") == 9
                   or "SIGKILL" in str(r["data"].get("traceback", ""))]
         # A worker its launcher sent SIGTERM first, then SIGKILL: the teardown (a frozen rank),
         # not the kernel (``Unable to shutdown process N via 15, forcefully exiting via 9``).
