@@ -1133,14 +1133,19 @@ PATTERNS: tuple[Pattern, ...] = (
     # NCCL §3.7: "Cuda failure 700 'an illegal memory access was encountered'".
     _p(
         "cuda_failure",
-        ("Cuda failure ", "CUDA IPC handle", "CUDA error: "),
+        ("Cuda failure ", "CUDA IPC handle", "CUDA error: ", "], thread: ["),
         r"(?:Cuda failure (?:(?P<code>\d+) )?'(?P<err>[^']*)'"
         # torch's C10_CUDA_CHECK: "CUDA error: an illegal memory access was encountered"
         r"|CUDA error: (?P<err3>[^.\n]+)"
         # P2P transport (2.3-2.7): "failed to open CUDA IPC handle : 217 peer access is not
         # supported between these two devices", "rank 1 failed to get CUDA IPC handle to ..."
         r"|failed to (?:open|get) CUDA IPC handle(?: to device \S+)? : (?P<code2>\d+) "
-        r"(?P<err2>.+))",
+        r"(?P<err2>.+)"
+        # a device-side assert in a kernel (CUDA's own printf, every ATen/extension assert):
+        # ".../TensorCompare.cu:112: _assert_async_cuda_kernel: block: [0,0,0], thread: [0,0,0]
+        # Assertion `probability tensor contains ...` failed." (the Python error comes later)
+        r"|(?P<kernel>\S+\.cuh?):\d+: \S+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] "
+        r"(?P<err4>Assertion .+ failed)\.)",
         code=int,
         code2=int,
     ),

@@ -5,7 +5,9 @@ The first rank to fail: torchelastic's "Root Cause (first observed failure)" ent
 signal), a rank's own Python exception (not one that only reports a dead peer), a
 `torch.multiprocessing.spawn` child that raised or was killed, a rank whose CUDA context died of a
 sticky error (an illegal memory access, a device-side assert, even when only its watchdog thread
-re-raised it). Exceptions that merely report another rank's death ("Connection closed by peer",
+re-raised it), a shell's report of a process a signal ended ("Aborted (core dumped)"), or, at
+low confidence, a rank whose traceback a paste cut before its exception line while no rank
+reported anything else. Exceptions that merely report another rank's death ("Connection closed by peer",
 "Failed to recv, got 0 bytes", ncclRemoteError, watchdog timeouts, agents' SIGTERMs) are not
 counted as first failures, nor is the SIGABRT (-6) with which torch's watchdog ends its own
 process after a timeout.
@@ -46,6 +48,7 @@ import polars as pl
 
 from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.rules.base import (
     Finding,
     Rule,
@@ -191,8 +194,35 @@ class RankCrashed(Rule):
                 confidence=0.6, ts=s["ts"], details={"spawn_index": idx},
             )
             return
-        exits = list(self._launcher_exits(job))
-        yield from exits or self._proxy_peer_gone(job)
+        exits = list(self._launcher_exits(job)) or list(self._proxy_peer_gone(job))
+        yield from exits or self._cut_traceback(job)
+
+    def _cut_traceback(self, job: Job) -> Iterator[Finding]:
+        """A rank's traceback cut before its exception line (a paste that stops inside it),
+        and nothing else that rank reported failing: it raised, though what is not shown."""
+        cut = earliest_first(r for r in job.rows("traceback_fragment") if r["rank"] is not None)
+        if not cut:
+            return
+        first = cut[0]
+        rank = first["rank"]
+        if any(r["rank"] is not None and r["kind"] != "traceback_fragment"
+               for r in job.rows(*kinds_tagged("failure"))):
+            return  # its traceback may be the report of a failure a rank saw (a timeout, a peer)
+        frame = first["data"].get("frame") or {}
+        where = f"{frame.get('func')} ({frame.get('file')}:{frame.get('line')})" if frame \
+            else "an unknown frame"
+        # an unranked error just before it in the same file (a CUDA kernel assert glued to a
+        # progress bar, say) is most likely what it raised
+        before = [r for r in job.rows("cuda_failure", "exception")
+                  if r["rank"] is None and r["source"] == first["source"]
+                  and r["line"] <= first["line"]]
+        cause = f"; just before it: {before[-1]['text'][:200].strip()}" if before else ""
+        yield self.finding(
+            f"Rank {rank} raised an exception: its traceback is cut before the exception line "
+            f"(innermost frame shown: {where}){cause}.",
+            evidence=[evidence_of(r) for r in [*before[-1:], first]], ranks=[rank],
+            hosts=[first["host"]], confidence=0.4, ts=first["ts"],
+            details={"frame": frame, "cut": True})
 
     def _proxy_peer_gone(self, job: Job) -> Iterator[Finding]:
         """Every other local rank's NCCL proxy saw one peer's connection close, and only that
@@ -272,7 +302,9 @@ NCCL_ERROR = re.compile(r"NCCL error(?: in| \d+)?:", re.IGNORECASE)
 STICKY_CUDA = re.compile(
     r"CUDA error: (?:an illegal memory access was encountered|unspecified launch failure"
     r"|device-side assert triggered|misaligned address|an illegal instruction was encountered"
-    r"|hardware stack error|uncorrectable ECC error encountered)")
+    r"|hardware stack error|uncorrectable ECC error encountered)"
+    # the kernel's own report of a device-side assert (printed before the Python error)
+    r"|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .+ failed")
 #: What torch's watchdog prints before it takes its process down.
 WATCHDOG_ABORTS = ("watchdog_timeout", "watchdog_abort", "nccl_teardown")
 
