@@ -69,9 +69,15 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def timed(cmd: list[str]) -> Run:
-    """Wall and CPU seconds, peak RSS and stdout of one run of ``cmd``."""
+    """Wall and CPU seconds, peak RSS and stdout of one run of ``cmd`` (``PYTHONPATH=DIR``
+    before it: a run of another checkout's code)."""
+    env, cwd = ENV, None
+    if cmd[0].startswith("PYTHONPATH="):  # run in that directory: -m imports from the cwd first
+        cwd = cmd[0].split("=", 1)[1]
+        env, cmd = {**ENV, "PYTHONPATH": cwd}, cmd[1:]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=ENV)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                            cwd=cwd)
     out = proc.stdout.read() if proc.stdout else b""
     _, _, usage = os.wait4(proc.pid, 0)
     return Run(time.perf_counter() - t0, usage.ru_utime + usage.ru_stime,
@@ -103,13 +109,18 @@ def patterns_file() -> Path:
     return path
 
 
-def bench(path: Path, runs: int) -> dict:
+def bench(path: Path, runs: int, baseline: Path | None = None) -> dict:
+    load_before = os.getloadavg()[0]  # others' work; the runs themselves add about 2
     size = warm(path)
     expected_path = path / "expected.json" if path.is_dir() else None
     expected = json.loads(expected_path.read_text()) if expected_path and expected_path.exists() \
         else {}
-    cmds = {"analyze": [sys.executable, "-m", "ddp_autopsy", "analyze", str(path),
-                        "--format", "json"]}
+    analyze = [sys.executable, "-m", "ddp_autopsy", "analyze", str(path.resolve()),
+               "--format", "json"]
+    cmds = {"analyze": analyze}
+    if baseline is not None:  # the same command on another checkout's code, in the same run
+        cmds["baseline"] = [f"PYTHONPATH={baseline.resolve()}", *analyze]
+        timed(cmds["baseline"])  # its .pyc files, untimed
     rg = shutil.which("rg")
     if rg:
         base = [rg, "-c", "-a", "--no-ignore", "--hidden"]
@@ -129,9 +140,18 @@ def bench(path: Path, runs: int) -> dict:
         "verdict": verdict.get("cause"), "verdict_ranks": verdict.get("ranks"),
         "culprit_found": "culprit_rank" not in expected
         or verdict.get("ranks") == [expected["culprit_rank"]],
-        "runs": runs, "load_average": round(os.getloadavg()[0], 1),
+        "runs": runs, "load_average": round(load_before, 1),
+        "load_average_after": round(os.getloadavg()[0], 1),
     }
-    for name in ("rg", "floor"):
+    if "baseline" in got:
+        base = got["baseline"]
+        base_verdict = (json.loads(base.out) if base.out else {}).get("verdict") or {}
+        row |= {"baseline_seconds": round(base.seconds, 2),
+                "baseline_cpu_seconds": round(base.cpu, 2),
+                "baseline_peak_rss_mb": round(base.rss / 1e6),
+                "baseline_same_verdict": base_verdict.get("cause") == verdict.get("cause")
+                and base_verdict.get("ranks") == verdict.get("ranks")}
+    for name in ("rg", "floor", "baseline"):
         if name in got:
             row[f"{name}_seconds"] = round(got[name].seconds, 2)
             row[f"{name}_cpu_seconds"] = round(got[name].cpu, 2)
@@ -141,19 +161,24 @@ def bench(path: Path, runs: int) -> dict:
 
 #: Issue #18's one-file-per-rank layouts: (layout, ranks).
 PER_RANK = (("logdir", 256), ("logdir", 1024), ("nccl-files", 4096))
-HEADER = ("| input | files | size | analyze (wall / CPU) | peak RSS | rg -c same patterns "
-          "(wall / CPU) | ratio | rg -c six literals | ratio | culprit |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| input | files | size | analyze (wall / CPU) | peak RSS | baseline (wall / CPU / RSS) "
+          "| rg -c same patterns (wall / CPU) | ratio (wall; CPU) | rg -c six literals | ratio "
+          "| culprit | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def table_row(row: dict) -> str:
     def pair(name: str) -> str:
         return f"{row[name + '_seconds']} s / {row[name + '_cpu_seconds']} s" \
             if name + "_seconds" in row else "-"
+    base = f"{pair('baseline')} / {row['baseline_peak_rss_mb']} MB" \
+        if "baseline_seconds" in row else "-"
+    cpu_ratio = f"; {row['cpu_seconds'] / row['rg_cpu_seconds']:.2f}x" \
+        if row.get("rg_cpu_seconds") else ""
     return (f"| {row['input']} | {row['files']} | {row['bytes'] / 1e9:.2f} GB | "
-            f"{row['seconds']} s / {row['cpu_seconds']} s | {row['peak_rss_mb']} MB | "
-            f"{pair('rg')} | {row.get('ratio_to_rg', '-')}x | {pair('floor')} | "
-            f"{row.get('ratio_to_floor', '-')}x | {'yes' if row['culprit_found'] else 'NO'} |")
+            f"{row['seconds']} s / {row['cpu_seconds']} s | {row['peak_rss_mb']} MB | {base} | "
+            f"{pair('rg')} | {row.get('ratio_to_rg', '-')}x{cpu_ratio} | {pair('floor')} | "
+            f"{row.get('ratio_to_floor', '-')}x | {'yes' if row['culprit_found'] else 'NO'} | "
+            f"{row['load_average']}-{row['load_average_after']} |")
 
 
 def machine() -> str:
@@ -174,6 +199,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--mb-per-rank", type=float, default=0.8)
     ap.add_argument("--out", type=Path, default=OUT, help="where inputs are generated")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--baseline", type=Path, metavar="DIR",
+                    help="also time another checkout's code (e.g. a `git worktree` of the "
+                         "commit before a change) in the same run, alternating")
     args = ap.parse_args(argv)
     if args.per_rank:
         inputs = [generate(layout, ranks, int(ranks * args.mb_per_rank * 1e6),
@@ -189,7 +217,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(HEADER)
     rows = []
     for path in inputs:
-        row = bench(path, args.runs)
+        row = bench(path, args.runs, args.baseline)
         row["machine"] = machine()
         OUT.mkdir(parents=True, exist_ok=True)
         with (OUT / "results.jsonl").open("a") as fh:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import threading
 from pathlib import Path
 
 import polars as pl
@@ -165,3 +166,51 @@ def test_hyperscan_lists_each_candidates_needles(inputs: Path,
             assert all(lines[line - sifted.base] == raw for line, raw, _ in expected)
             checked += len(expected)
     assert checked > 1000 and crlf
+
+
+def test_batched_files_are_classified_on_the_pool(inputs: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """job.load gives the Presifter each file's context: the caller's thread only collects the
+    events of the files a batch read (its classification ran on the pool, both cores)."""
+    where: dict[str, set[str]] = {}
+    scan = events._scan
+
+    def recording(fh, ctx, notes, stats, presifted, report):  # type: ignore[no-untyped-def]
+        where.setdefault(threading.current_thread().name.split("_")[0], set()).add(ctx.display)
+        return scan(fh, ctx, notes, stats, presifted, report)
+
+    monkeypatch.setattr(events, "_scan", recording)
+    loaded = _load(inputs, monkeypatch, presift=True)
+    pooled = where.get("ddp-autopsy-sift", set())
+    assert len(pooled) > 150  # the corpus' and the cases' logs
+    # The caller read only what a batch cannot (the odd files, the big one, ...).
+    alone = {Path(d) for d in where.get("MainThread", set())}
+    assert {"no-newline.log", "big.log", "gz.log.gz"} <= {p.name for p in alone}
+    for path in alone:
+        data = path.read_bytes()
+        assert path.suffix == ".gz" or len(data) > events.SMALL_FILE \
+            or not data.endswith(b"\n") or b"\x00" in data \
+            or data.startswith((b"\xef\xbb\xbf", b"\xff\xfe")), path
+    assert loaded.events.height > 500
+
+
+def test_a_context_unlike_the_callers_is_classified_again(tmp_path: Path) -> None:
+    """Events classified on the pool are used only for the very context the caller gives;
+    another context (here: another rank from the bundle manifest) is classified anew."""
+    log = tmp_path / "rank3.log"
+    log.write_bytes(b"step 1\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                    b"2.00 GiB\nstep 2\n")
+    files = [(log, lambda: log.open("rb"), log.stat().st_size)]
+
+    def ctx(rank: int | None) -> events.FileContext:
+        return events.FileContext(str(log), 2026, rank=rank, cue="test" if rank else None)
+
+    with events.Presifter(files, lambda head, key: True, lambda key: ctx(None)) as ahead:
+        presifted = ahead.take(log)
+    assert presifted is not None and presifted[1].scanned is not None
+    for rank in (None, 3):
+        notes: list[events.InputNote] = []
+        got = events.scan_text(None, ctx(rank), notes, presifted=presifted)
+        with log.open("rb") as fh:
+            alone = events.scan_text(fh, ctx(rank), [])
+        assert got == alone and {e["rank"] for e in got if e["kind"] == "oom"} == {rank}

@@ -460,9 +460,22 @@ class _Sifted:
     #: calls do not wait behind other blocks' (a call from the caller's thread queued for
     #: ~1 ms behind the pool's work, per file).
     rows: list[tuple[int, str, frozenset[str]]] = field(default_factory=list)
+    #: The file classified on the pool's thread too (:class:`Presifter` given a ``context``).
+    scanned: _Scanned | None = None
 
     def __post_init__(self) -> None:
         self.rows = list(_found(self.candidates, self.found))
+
+
+@dataclass
+class _Scanned:
+    """A file's events, classified where it was sifted, for the context ``ctx`` (as
+    :func:`scan_text` leaves it): its caller uses them if it gives an equal context."""
+
+    ctx: FileContext
+    rows: list[dict[str, Any]]
+    notes: list[InputNote]
+    stats: ScanStats
 
 
 #: polars decompresses bytes that start like gzip, zlib or zstd: a block of text that starts so
@@ -510,13 +523,15 @@ def _sift(block: bytes, head: bool, known: FilePrefix | None = None,
     up). The file's first lines decide its prefixes (``known``, found here when None) and how
     to name its writers (``writers``), which a later block decides for itself if they did not."""
     frame, replaced = _lines(block)
+    cands, found, prefixed = _candidates(frame, block, replaced, probe=known is None)
     if known is None:  # the common file has no prefixes: one query says so
-        known, writers = detect(frame["text"]) if frame.head(SAMPLE_LINES).select(
-            pl.col("text").str.contains(ANY_PREFIX).any()).item() else (NO_PREFIX, None)
+        if prefixed is None:
+            prefixed = frame.head(SAMPLE_LINES).select(
+                pl.col("text").str.contains(ANY_PREFIX).any()).item()
+        known, writers = detect(frame["text"]) if prefixed else (NO_PREFIX, None)
     elif writers is None and not head:  # no writer named in the file's first lines: here?
         writers = block_writers(frame["text"], known)
     prefix = known if head else None
-    cands, found = _candidates(frame, block, replaced)
     opens = False
     if cands.height:
         opens = any(o in text for text in cands["text"] for o in OPENERS)
@@ -525,18 +540,19 @@ def _sift(block: bytes, head: bool, known: FilePrefix | None = None,
     return _Sifted(frame, cands, prefix, replaced, opens, _tails(frame, writers), found=found)
 
 
-def _candidates(frame: pl.DataFrame, block: bytes, replaced: bool
-                ) -> tuple[pl.DataFrame, dict[int, frozenset[str]] | None]:
+def _candidates(frame: pl.DataFrame, block: bytes, replaced: bool, probe: bool = False
+                ) -> tuple[pl.DataFrame, dict[int, frozenset[str]] | None, bool | None]:
     """The lines of ``frame`` (``block`` split by :func:`_lines`) that hold a needle: found
     by Hyperscan in the block's bytes when it is installed and the lines are the block's bytes
     as they are (no bad UTF-8 replaced, no ANSI stripped), else by polars' two-level filter;
-    and, from Hyperscan, the needles on each."""
+    from Hyperscan, the needles on each, and (``probe``) whether the first SAMPLE_LINES lines
+    show a prefix (else None: not looked at)."""
     if _use_hyperscan(block, replaced):
-        hs = _needle_lines(block, frame)
+        hs = _needle_lines(block, frame, probe=probe)
         if hs is not None:
-            return _rows(frame, hs[0]), dict(zip(hs[0], hs[2], strict=True))
+            return _rows(frame, hs[0]), dict(zip(hs[0], hs[2], strict=True)), hs[3]
     cands = frame.filter(FIRST_LEVEL)
-    return (cands.filter(SECOND_LEVEL) if cands.height else cands), None
+    return (cands.filter(SECOND_LEVEL) if cands.height else cands), None, None
 
 
 def _rows(frame: pl.DataFrame, rows: list[int]) -> pl.DataFrame:
@@ -582,12 +598,14 @@ def _hyperscan() -> Any:
 _ID_NEEDLE = [n if n in _BY_NEEDLE else None for n in NEEDLES]
 
 
-def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = ()
-                  ) -> tuple[list[int], list[int], list[frozenset[str]]] | None:
+def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = (),
+                  probe: bool = False
+                  ) -> tuple[list[int], list[int], list[frozenset[str]], bool | None] | None:
     """The 0-based numbers of the lines of ``block`` that hold a needle, the number of lines
-    before each byte offset of ``marks`` (ascending), and the catalog's needles on each line
-    found (all of them: Hyperscan reports every match, overlapping ones too). None: no
-    Hyperscan, or the block's lines are not ``frame``'s lines ended by newlines."""
+    before each byte offset of ``marks`` (ascending), the catalog's needles on each line
+    found (all of them: Hyperscan reports every match, overlapping ones too), and with
+    ``probe`` whether the first SAMPLE_LINES lines show a prefix (None: not looked at). None:
+    no Hyperscan, or the block's lines are not ``frame``'s lines ended by newlines."""
     db = _hyperscan()
     if db is None:
         return None
@@ -600,7 +618,7 @@ def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = ()
     # Match ends as (offset, id), marks as (offset, MARK): a mark at a match's end comes after
     # it. Matches come in no promised order.
     points = sorted([*ends, *((m, MARK) for m in marks)])
-    numbers = _lines_before(block, frame, [offset for offset, _ in points])
+    numbers, prefixed = _lines_before(block, frame, [offset for offset, _ in points], probe)
     if numbers is None:
         return None
     found: list[int] = []
@@ -615,23 +633,30 @@ def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = ()
             needles.append(set())
         if (needle := _ID_NEEDLE[id_]) is not None:
             needles[-1].add(needle)
-    return found, marked, [frozenset(n) for n in needles]
+    return found, marked, [frozenset(n) for n in needles], prefixed
 
 
-def _lines_before(block: bytes, frame: pl.DataFrame, offsets: list[int]) -> list[int] | None:
-    """For each byte offset of ``block`` (ascending), the newlines before it; None when the
-    frame's lines, each ended by a newline, are not the block's bytes."""
+#: Whether a block's first lines show a prefix (``lines.detect`` looks further only then).
+_PROBE = pl.col("text").head(SAMPLE_LINES).str.contains(ANY_PREFIX).any().alias("prefixed")
+
+
+def _lines_before(block: bytes, frame: pl.DataFrame, offsets: list[int], probe: bool = False
+                  ) -> tuple[list[int] | None, bool | None]:
+    """For each byte offset of ``block`` (ascending), the newlines before it, None when the
+    frame's lines, each ended by a newline, are not the block's bytes; with ``probe``, in the
+    same query, whether the first SAMPLE_LINES lines show a prefix (else None)."""
     if b"\r" not in block:  # then the frame's lines are the bytes between newlines
-        if not offsets:
-            return []
+        if not offsets and not probe:
+            return [], None
         # One query (each costs a fixed ~0.1 ms): ends[i], the offset after line i's newline;
         # the lines ended before offset o are those with ends <= o.
         size = pl.col("text").str.len_bytes().cast(pl.Int64) + 1
         got = frame.select(size.sum().alias("size"), size.cum_sum().search_sorted(
-            pl.Series(offsets, dtype=pl.Int64), side="right").alias("lines"))
-        if got["size"][0] != len(block) + (not block.endswith(b"\n")):
-            return None
-        return got["lines"].to_list()
+            pl.Series(offsets, dtype=pl.Int64), side="right").implode().alias("lines"),
+            *((_PROBE,) if probe else ())).row(0)
+        if got[0] != len(block) + (not block.endswith(b"\n")):
+            return None, None
+        return got[1], (got[2] if probe else None)
     # CRLF: read_lines dropped a "\r" before newlines; count them in the bytes.
     numbers = []
     pos = line = 0
@@ -640,8 +665,8 @@ def _lines_before(block: bytes, frame: pl.DataFrame, offsets: list[int]) -> list
         pos = offset
         numbers.append(line)
     if line + block.count(b"\n", pos) + (not block.endswith(b"\n")) != frame.height:
-        return None
-    return numbers
+        return None, None
+    return numbers, None
 
 
 MARK = 1 << 62  # sorts after every match id at the same offset
@@ -787,7 +812,7 @@ def _sift_batch(datas: list[bytes]) -> list[_Sifted]:
         cands, found = _rows(frame, hs[0]), dict(zip(hs[0], hs[2], strict=True))
     else:
         starts = list(itertools.accumulate((d.count(b"\n") for d in datas), initial=0))
-        cands, found = _candidates(frame, block, False)
+        cands, found, _ = _candidates(frame, block, False)
     if starts[-1] != frame.height:
         return [_sift(d, True) for d in datas]
     counts = [b - a for a, b in itertools.pairwise(starts)]
@@ -843,14 +868,19 @@ class Presifter:
     grown since it was listed, and ``accept(head, key)`` (its first 64 KiB) says it is text; for
     any other, and any file that could not be read, :meth:`take` answers None: the caller reads
     it as before (and notes what it notes). Each batch is read by the pool thread that sifts
-    it (a reader thread of its own kept a malloc arena of its own: +10 MB at peak). Use as a
-    context manager: leaving cancels the batches not started."""
+    it (a reader thread of its own kept a malloc arena of its own: +10 MB at peak). With
+    ``context`` (a file's :class:`FileContext` from its key), each file is classified there too,
+    so that the caller's thread only collects events: :func:`scan_text` uses them when it is
+    given an equal context (else it classifies the file itself). Use as a context manager:
+    leaving cancels the batches not started."""
 
     def __init__(self, files: list[tuple[Any, Callable[[], IO[bytes]], int | None]],
-                 accept: Callable[[bytes, Any], bool]) -> None:
+                 accept: Callable[[bytes, Any], bool],
+                 context: Callable[[Any], FileContext] | None = None) -> None:
         small = [(k, o, n) for k, o, n in files if n is not None and 0 < n <= SMALL_FILE]
         self._wanted = {id(f[0]) for f in small}
         self._accept = accept
+        self._context = context
         self._batches: deque[list[tuple[Any, Callable[[], IO[bytes]], int]]] = deque()
         size = BATCH_BYTES
         for f in small:  # batches by listed size: nothing is read here
@@ -875,8 +905,8 @@ class Presifter:
     def _more(self) -> None:
         while self._batches and len(self._running) <= AHEAD:
             batch = self._batches.popleft()
-            self._running.append(([k for k, _, _ in batch],
-                                  _the_pool().submit(_read_and_sift, batch, self._accept)))
+            self._running.append(([k for k, _, _ in batch], _the_pool().submit(
+                _read_and_sift, batch, self._accept, self._context)))
 
     def take(self, key: Any) -> Sifted | None:
         """``key``'s file sifted, or None when the caller must read it itself."""
@@ -911,11 +941,28 @@ def _read_small(key: Any, opener: Callable[[], IO[bytes]], size: int,
 
 
 def _read_and_sift(batch: list[tuple[Any, Callable[[], IO[bytes]], int]],
-                   accept: Callable[[bytes, Any], bool]) -> list[Sifted | None]:
+                   accept: Callable[[bytes, Any], bool],
+                   context: Callable[[Any], FileContext] | None = None) -> list[Sifted | None]:
     datas = [_read_small(key, opener, size, accept) for key, opener, size in batch]
     read = [d for d in datas if d is not None]
     sifted = iter(zip(map(len, read), _sift_batch(read), strict=True)) if read else iter(())
-    return [None if d is None else next(sifted) for d in datas]
+    out = [None if d is None else next(sifted) for d in datas]
+    if context is not None:
+        for (key, _, _), done in zip(batch, out, strict=True):
+            if done is not None:
+                done[1].scanned = _prescan(done, context(key))
+    return out
+
+
+def _prescan(presifted: Sifted, ctx: FileContext) -> _Scanned:
+    """A sifted file classified as :func:`scan_text` would (no progress reported: the caller
+    reports it when it takes the events)."""
+    if ctx.task is None and ctx.rank is None:
+        ctx.task = attribution_from_path(ctx.display).task
+    notes: list[InputNote] = []
+    stats = ScanStats()
+    rows = _scan(None, ctx, notes, stats, presifted, None)
+    return _Scanned(ctx, rows, notes, stats)
 
 
 def scan_text(
@@ -927,9 +974,24 @@ def scan_text(
     stats = stats or ScanStats()
     if ctx.task is None and ctx.rank is None:
         ctx.task = attribution_from_path(ctx.display).task
+    report = _progress.get()
+    done = presifted[1].scanned if presifted is not None else None
+    if done is not None and done.ctx == ctx:  # classified on the pool, for this very context
+        notes.extend(done.notes)
+        stats.lines += done.stats.lines
+        stats.bytes += done.stats.bytes
+        stats.candidates += done.stats.candidates
+        if report is not None:
+            report(ctx.display, presifted[0])  # type: ignore[index]
+        return done.rows
+    return _scan(fh, ctx, notes, stats, presifted, report)
+
+
+def _scan(fh: IO[bytes] | None, ctx: FileContext, notes: list[InputNote], stats: ScanStats,
+          presifted: Sifted | None, report: Callable[[str, int], None] | None
+          ) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     state = _State()
-    report = _progress.get()
     line_no = 0
     try:
         blocks = [presifted] if presifted is not None else \

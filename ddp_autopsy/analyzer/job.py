@@ -393,10 +393,22 @@ PRESIFT_FILES = 4
 
 
 def _presifter(members: list[Member]) -> Presifter:
-    """Small plain files of ``members`` read and sifted ahead, many to a batch, on both cores."""
+    """Small plain files of ``members`` read, sifted and classified ahead, many to a batch, on
+    both cores (in the context :func:`_load_member` gives them)."""
     files = [(m, m.opener, m.size) for m in members
              if m.path is not None and not compressed_name(m.relpath) and not _skipped(m)]
-    return Presifter(files if len(files) >= PRESIFT_FILES else [], _is_text)
+    return Presifter(files if len(files) >= PRESIFT_FILES else [], _is_text,
+                     lambda m: _with_path_cues(m, _context(m)))
+
+
+def _with_path_cues(member: Member, ctx: FileContext) -> FileContext:
+    """``ctx`` with the writer its path names, unless it names one already."""
+    cue = attribution_from_path(member.display)  # the path as given: a node's directory too
+    if ctx.rank is None and ctx.local_rank is None and cue.cue:
+        ctx.rank, ctx.local_rank, ctx.cue = cue.rank, cue.local_rank, cue.cue
+        ctx.host = ctx.host or cue.host
+        ctx.pid = ctx.pid or cue.pid
+    return ctx
 
 
 def _load_member(member: Member, ctx: FileContext, notes: list[InputNote],
@@ -410,11 +422,7 @@ def _load_member(member: Member, ctx: FileContext, notes: list[InputNote],
         inputs.append(InputRecord(member.display, "skipped"))
         notes.append(InputNote(member.display, "not a log (by its file type), skipped", "info"))
         return
-    cue = attribution_from_path(member.display)  # the path as given: a node's directory too
-    if ctx.rank is None and ctx.local_rank is None and cue.cue:
-        ctx.rank, ctx.local_rank, ctx.cue = cue.rank, cue.local_rank, cue.cue
-        ctx.host = ctx.host or cue.host
-        ctx.pid = ctx.pid or cue.pid
+    _with_path_cues(member, ctx)
     if presifted is not None:
         stats = ScanStats()
         rows = scan_text(None, ctx, notes, stats, presifted)
