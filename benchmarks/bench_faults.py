@@ -68,11 +68,6 @@ LIMITS: dict[tuple[str, str | None, str], str] = {
         "was cut, so with two nodes a cut on the master's own node names the other node (with "
         "three nodes or more the cut node is told apart; in `live`/`fr` the node's own packet "
         "filter, kept by collect, names it)."),
-    ("unresolved_host", None, "logs"): (
-        "The failed lookups are all in the console of the node that cannot resolve the "
-        "endpoint, and console lines carry no host name: the node is named by its log "
-        "directory (`node-1/console.log`, layout.host_from_path); a log whose path names no "
-        "node names none."),
     ("world_size", None, "logs"): (
         "The culprit node's ranks time out in init_process_group waiting for the key of rank N "
         "(`keys: /default_pg/0//cpu//0/N`, N one past the job's last rank), while every other "
