@@ -10,11 +10,16 @@ the others ``Sending process PID closing signal SIGTERM`` (then SIGKILL to those
 lists them with exit code -15 or -9. Such an entry (same process id as a closing signal its
 launcher sent, in the same log or on the same host) is the teardown, not a crash; the rank is in
 ``stopped`` instead, so a rank frozen or busy when the others failed is not called crashed.
+
+An exception did not end its process when it was raised in a thread of its own (Python's
+"Exception in thread NAME:" just above the traceback), or when it was logged in a bundle whose
+stack dump then found that rank's process alive (a caught, logged exception): neither is a crash.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -65,6 +70,28 @@ def _closed(events: pl.DataFrame) -> tuple[set[tuple[str, int]], set[tuple[str, 
     return by_source, by_host
 
 
+def survivor_test(job: Job) -> Callable[[str, int | None, dict], bool]:
+    """``survived(source, rank, data)`` for an exception event: true when it did not end its
+    process (see the module docstring)."""
+    headers = {(r["source"], r["line"]) for r in job.rows("thread_exception")}
+    alive: dict[str, set[int]] = {}
+    procs = job.processes
+    if procs.height and {"stack_status", "bundle"} <= set(procs.columns):
+        for row in procs.filter((pl.col("role") == "worker") & (pl.col("stack_status") == "ok")
+                                & pl.col("rank").is_not_null()).iter_rows(named=True):
+            alive.setdefault(str(row["bundle"]), set()).add(row["rank"])
+
+    def survived(source: str, rank: int | None, data: dict) -> bool:
+        tb = data.get("traceback_line")
+        if isinstance(tb, int) and (source, tb - 1) in headers:
+            return True
+        return rank is not None and any(
+            str(source).startswith(f"{bundle}/") and rank in ranks
+            for bundle, ranks in alive.items())
+
+    return survived
+
+
 def build(job: Job) -> Crashes:
     events = job.active_events
     if events.height == 0:
@@ -74,7 +101,11 @@ def build(job: Job) -> Crashes:
     keep: list[bool] = []
     stopped: dict[int, int] = {}
     pids: set[int] = set()
+    survived = survivor_test(job)
     for row in rows.iter_rows(named=True):
+        if row["kind"] == "exception" and survived(row["source"], row["rank"], _data(row)):
+            keep.append(False)
+            continue
         d = _data(row) if row["kind"] in ("elastic_failure", "worker_failed") else {}
         pid, code = d.get("pid"), d.get("exitcode")
         host = d.get("host") or row.get("host")

@@ -724,7 +724,8 @@ PATTERNS: tuple[Pattern, ...] = (
          "Out of memory: Killed process", "oom-kill", "oom_kill", "Out Of Memory",
          "CUDA error: out of memory", "DefaultCPUAllocator: ",
          "killed due to memory pressure (OOM)",
-         "exceeds the memory usage threshold", "Memory on the node (IP: "),
+         "exceeds the memory usage threshold", "Memory on the node (IP: ", "MemoryError",
+         "Unable to allocate "),
         r"(?:(?P<cuda>CUDA out of memory)(?:\. Tried to allocate (?P<tried>[\d.]+ [KMGT]i?B))?"
         r"|(?P<host>Out of memory: Killed process (?P<pid>\d+))|OutOfMemoryError|'out of memory'"
         # the CUDA runtime's own wording (cudaErrorMemoryAllocation), and c10's host allocator:
@@ -732,6 +733,9 @@ PATTERNS: tuple[Pattern, ...] = (
         # enough memory: ...")
         r"|(?P<cuda2>CUDA error: out of memory)"
         r"|DefaultCPUAllocator: (?P<cpu>can't allocate memory|not enough memory)"
+        # Python's own host-memory exception line ("MemoryError", "MemoryError: ..."), and
+        # numpy's "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 7.45 GiB ..."
+        r"|^(?:[\w.]+\.)?(?P<cpu2>_?(?:Array)?MemoryError)(?:: .*)?$"
         # Ray's memory monitor: "(raylet) 1 Workers (tasks / actors) killed due to memory
         # pressure (OOM), ..." / "Memory on the node (IP: 10.0.0.1, ...) ... was 28.50GB /
         # 30.00GB (0.95), which exceeds the memory usage threshold of 0.95."
@@ -763,6 +767,13 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|(?P<unexpected>A worker died or was killed while executing a task by an unexpected "
         r"system error)(?:.*?Worker exit type: (?P<exit_type2>[A-Z_]+))?"
         r"(?:.*?Worker exit detail: (?P<detail2>[^.]+))?",
+    ),
+    # Python's threading.excepthook before a thread's uncaught traceback: "Exception in thread
+    # prefetch:", "Exception in thread Thread-1 (worker):" (the thread died, not the process).
+    _p(
+        "thread_exception",
+        "Exception in thread ",
+        r"^Exception in thread (?P<thread>.+?):\s*$",
     ),
     # Ray Train when one of its training workers' actor died (train/_internal/utils.py
     # check_for_failure): "Worker 0 has failed." (the index in the worker group: its world rank).
@@ -1291,6 +1302,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "nccl_proxy_peer_closed": {"info"},
     "ray_worker_died": {"failure", "crash"},
     "ray_train_worker_failed": {"failure"},
+    "thread_exception": {"info"},
     "ray_version_mismatch": {"failure"},
     "nccl_build_incompatible": {"failure"},
     "nccl_net_choice": {"info"},

@@ -45,6 +45,7 @@ from typing import Any
 
 import polars as pl
 
+from ddp_autopsy.analyzer import crashes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.rules.base import (
@@ -245,8 +246,9 @@ def _own_crashes(job: Job) -> set[int]:
     out-of-memory error, or an exit the launcher reports for a rank that raised nothing else."""
     own: set[int] = {r["rank"] for r in job.rows("oom") if r["rank"] is not None}
     reported: set[int] = set()
+    survived = crashes.survivor_test(job)
     for row in job.rows("exception"):
-        if row["rank"] is None:
+        if row["rank"] is None or survived(row["source"], row["rank"], row["data"]):
             continue
         if CONSEQUENCE.search(row["text"]):
             reported.add(row["rank"])

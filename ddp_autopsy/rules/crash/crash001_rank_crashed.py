@@ -46,6 +46,7 @@ from typing import Any
 
 import polars as pl
 
+from ddp_autopsy.analyzer import crashes
 from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
@@ -66,7 +67,9 @@ CONSEQUENCE = re.compile(
     r"|SignalException|KeyboardInterrupt|SystemExit|Socket Timeout|DistStoreError"
     r"|wait timeout after|detected by watchdog|Terminating the process|NCCL communicator was aborted"
     r"|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
-    r"|Detected mismatch between collectives|disagreement between rank0 and rank|failed to pass monitoredBarrier|Address already in use"
+    r"|Detected mismatch between collectives|disagreement between rank0 and rank"
+    r"|DDP expects same model across all ranks|appears not to match sizes of the same param"
+    r"|Is there a distributed collective mismatch|failed to pass monitoredBarrier|Address already in use"
     r"|successfully reached monitoredBarrier"
     r"|cannot be retrieved|while trying to connect to|failed to connect to any network address"
     # Ray's driver reporting that an actor's process is gone
@@ -108,9 +111,11 @@ class RankCrashed(Rule):
         all_exceptions = job.decoded_rows(frame)
         # NCCL's own errors ("NCCL error in: ..., unhandled system error") are the NCCL rules'
         # (or the fallback's) to explain: the rank did not crash by itself.
+        survived = crashes.survivor_test(job)
         exceptions = [r for r in all_exceptions
                       if not r["consequence"] and not launcher_side(r["data"].get("frame"))
-                      and not NCCL_ERROR.search(r["text"])]
+                      and not NCCL_ERROR.search(r["text"])
+                      and not survived(r["source"], r["rank"], r["data"])]
         failures = job.rows("elastic_failure")
         spawns = job.rows("spawn_failed")
         # Exceptions attributed to a rank, earliest first where clocks say so.

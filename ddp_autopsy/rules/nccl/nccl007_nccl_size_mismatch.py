@@ -4,6 +4,9 @@
 NCCL's "NET/Socket : peer 10.0.0.2<4125> message truncated : receiving 1048576 bytes instead of
 65536" (2.12.10+) and its InfiniBand form "peer … posted incorrect receive info: size …". Not
 the bootstrap's "Message truncated : received N bytes instead of M" of communicator set-up.
+Gloo's counterpart: "op.preamble.length <= op.nbytes. 8 vs 4. Received data size doesn't match
+expected size. Is there a distributed collective mismatch in your code?" (the receiving process
+aborts with SIGABRT).
 
 ## Why it hangs or kills the job
 A truncated message means two ranks ran the same collective with different sizes (a tensor
@@ -58,3 +61,26 @@ class NcclSizeMismatch(Rule):
                 hosts=[r["host"] for r in truncated], confidence=0.8, ts=first_ts(truncated),
                 details={k: d.get(k) for k in ("peer", "got", "want") if k in d},
             )
+            return
+        yield from self._gloo(job)
+
+    def _gloo(self, job: Job) -> Iterator[Finding]:
+        """Gloo's own check on a received message: "op.preamble.length <= op.nbytes. 8 vs 4.
+        Received data size doesn't match expected size. Is there a distributed collective
+        mismatch in your code?" (an uncaught gloo::EnforceNotMet: the receiving process aborts).
+        The receiver reports it; which side ran the odd collective the message does not say."""
+        rows = job.rows("gloo_size_mismatch")
+        if not rows:
+            return
+        d = rows[0]["data"]
+        sizes = (f" ({d['got']} bytes arrived where {d['want']} were expected)"
+                 if "got" in d and "want" in d else "")
+        receivers = ranks_of(rows)
+        yield self.finding(
+            f"Gloo received a message of the wrong size{sizes}: the ranks ran a collective with "
+            "different sizes or dtypes (or one rank skipped a collective, so the next ones "
+            f"paired wrongly); {subject(receivers, 'a rank').lower()} received it and aborted, "
+            "its peer sent it, and which side is the odd one the message does not say.",
+            evidence=[evidence_of(r) for r in rows[:2]], ranks=[], hosts=[r["host"] for r in rows],
+            confidence=0.8, ts=first_ts(rows),
+            details={"receivers": sorted(receivers), "got": d.get("got"), "want": d.get("want")})

@@ -1,0 +1,78 @@
+"""The ranks built different models: DDP's construction-time check failed.
+
+## What it detects
+`DistributedDataParallel` compares the parameters of every rank's model when it is built
+(`_verify_param_shape_across_processes`): "DDP expects same model across all ranks, but Rank 2 has
+6 params, while rank 0 has inconsistent 4 params", or, for a parameter of another shape, "...
+appears not to match sizes of the same param in process 0". Every rank raises it, each naming
+another rank; the rank whose count the others do not share is the odd one.
+
+## Why it hangs or kills the job
+DDP all-reduces gradients bucket by bucket in parameter order: ranks with different parameters
+would reduce different tensors into each other, so it refuses to start, and every rank exits.
+
+## Evidence
+The ranks' reports and the parameter count of each.
+
+## Remedy
+Build the same model on every rank: look for model code that depends on the rank or on the
+host (a feature flag read from the environment, a config file that differs between nodes, layers
+added only where a checkpoint exists, a different library version), and for parameters created
+after the model was wrapped.
+
+## Example
+```
+[rank2]: RuntimeError: DDP expects same model across all ranks, but Rank 2 has 6 params, while rank 0 has inconsistent 4 params.
+[rank0]: RuntimeError: DDP expects same model across all ranks, but Rank 0 has 4 params, while rank 2 has inconsistent 6 params.
+[rank1]: RuntimeError: DDP expects same model across all ranks, but Rank 1 has 4 params, while rank 2 has inconsistent 6 params.
+```
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+
+
+class DdpModelMismatch(Rule):
+    code = "ENV006"
+    slug = "ddp-model-mismatch"
+    cause = "config_mismatch"
+    severity = "critical"
+
+    def check(self, job: Job) -> Iterator[Finding]:
+        rows = job.rows("ddp_model_mismatch")
+        if not rows:
+            return
+        params: dict[int, int] = {}  # rank -> its parameter count, as the reports give it
+        named: Counter[int] = Counter()  # ranks the reports call inconsistent
+        for r in rows:
+            d = r["data"]
+            if "r1" in d and "n1" in d:
+                params.setdefault(d["r1"], d["n1"])
+            if "r2" in d:
+                named[d["r2"]] += 1
+                if "n2" in d:
+                    params.setdefault(d["r2"], d["n2"])
+        counts = Counter(params.values())
+        odd: list[int] = []
+        if len(counts) > 1:
+            (common, n), *rest = counts.most_common()
+            if rest and n > rest[0][1]:
+                odd = sorted(rank for rank, p in params.items() if p != common)
+        if not odd and named:
+            (rank, votes), *rest = named.most_common()
+            odd = [rank] if not rest or votes > rest[0][1] else []
+        what = (f"{rank_phrase(odd)} built a different model than the others" if odd
+                else "The ranks built different models")
+        sizes = ", ".join(f"rank {r}: {p}" for r, p in sorted(params.items()))
+        yield self.finding(
+            f"{what[0].upper()}{what[1:]}: DDP's check of the parameters failed at construction"
+            + (f" (parameters per rank: {sizes})." if sizes else "."),
+            evidence=[evidence_of(r) for r in sorted(
+                rows, key=lambda r: r["rank"] not in odd)[:2]],
+            ranks=odd, confidence=0.9, ts=first_ts(rows),
+            details={"params": {str(k): v for k, v in sorted(params.items())}})
