@@ -4,7 +4,11 @@
 In the stack dumps of a hung job, every rank's main thread waits inside a torch.distributed
 collective, but not the same one: one rank in `barrier` while the others are in `all_reduce`,
 one in `broadcast` while the others are in `all_gather`, or the same collective called from
-different places in the code. The rule names the odd ranks and both call sites.
+different places in the code. The rule names the odd ranks and both call sites. Without stack
+dumps, the tracebacks the timeout left are the stacks: each rank's last traceback that ends in a
+torch.distributed call says which collective it was blocked in. With as many ranks on each side
+no side is named; when a point-to-point call (send, recv) is involved neither is, since
+a pipeline's stages send and receive by design.
 
 ## Why it hangs or kills the job
 Collectives match by order within a process group: a rank that calls a different collective (or
@@ -13,7 +17,8 @@ each other forever, or exchange mismatched buffers, until the timeout aborts the
 
 ## Evidence
 py-spy dumps of every rank: the collective each group of ranks waits in and the user frame that
-called it.
+called it; or each rank's last traceback ending in a torch.distributed call (its timeout or lost
+peer).
 
 ## Remedy
 Make every rank issue the same collectives in the same order: look for a collective under a
@@ -61,16 +66,66 @@ from collections.abc import Iterator
 from ddp_autopsy.analyzer import snapshots, stacktree
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.stackview import is_backward_wait, wait_label
-from ddp_autopsy.rules.base import Evidence, Finding, Rule
+from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.coll.coll012_silent_ranks import collective_frames
+
+#: torch.distributed's point-to-point calls: a pipeline's stages send and receive by design.
+P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list",
+                 "recv_object_list"})
 
 
 class RanksInDifferentCollectives(Rule):
     code = "COLL011"
     slug = "ranks-in-different-collectives"
     cause = "collective_mismatch"
-    requires = ("stack_tree",)
+    requires = ()  # the stacks, or the tracebacks the timeouts left
+    optional = ("stack_tree", "events")
 
     def check(self, job: Job) -> Iterator[Finding]:
+        if job.stacks.height:
+            yield from self._stacks(job)
+        elif not job.fr_dumps.height and job.has("events"):
+            yield from self._tracebacks(job)
+
+    def _tracebacks(self, job: Job) -> Iterator[Finding]:
+        where = collective_frames(job)
+        calls: dict[str, list[int]] = defaultdict(list)
+        for rank, row in sorted(where.items()):
+            calls[row["data"]["frame"]["func"]].append(rank)
+        if len(calls) < 2 or len(where) < 2:
+            return
+        ordered = sorted(calls, key=lambda op: (-len(calls[op]), op))
+        top, odd = ordered[0], ordered[1:]
+        tie = len(calls[top]) == len(calls[ordered[1]])
+        p2p = any(op in P2P for op in calls)
+        odd_ranks = [] if tie or p2p else sorted(r for op in odd for r in calls[op])
+
+        def side(op: str) -> str:
+            ranks = calls[op]
+            return f"{rank_phrase(ranks)} {'was' if len(ranks) == 1 else 'were'} in {op}"
+
+        if p2p:
+            summary = ("The ranks' last tracebacks end in different calls, point-to-point among "
+                       "them: " + "; ".join(side(op) for op in ordered[:4]) + ". A send and a "
+                       "receive that never paired (a wrong peer, or an order that differs "
+                       "between ranks) leaves both waiting; which side is wrong the tracebacks "
+                       "do not say.")
+        elif tie:
+            summary = ("The ranks' last tracebacks end in different collectives, which can "
+                       "never match: " + "; ".join(side(op) for op in ordered[:4]) + ".")
+        else:
+            summary = (f"{side(odd[0])[0].upper()}{side(odd[0])[1:]}"
+                       + "".join(f"; {side(op)}" for op in odd[1:3])
+                       + f", while {side(top)}, as their last tracebacks show: the collectives "
+                       "do not match.")
+        firsts = [where[calls[op][0]] for op in [*odd[:2], top]]
+        yield self.finding(
+            summary, evidence=[evidence_of(r) for r in firsts], ranks=odd_ranks,
+            hosts=[where[r].get("host") for r in odd_ranks], confidence=0.45 if tie or p2p
+            else 0.6, ts=first_ts(firsts),
+            details={"calls": [{"collective": op, "ranks": calls[op]} for op in ordered]})
+
+    def _stacks(self, job: Job) -> Iterator[Finding]:
         tree = job.stack_tree
         classes = tree.classes
         if len(tree) < 2 or not classes or any(c.collective is None for c in classes):

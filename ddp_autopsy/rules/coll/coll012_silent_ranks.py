@@ -114,8 +114,7 @@ class SilentRanks(Rule):
                 return
         timeouts = job.decoded_rows(timed_out)
         if not silent:
-            yield from self._elsewhere(job, timeouts)
-            return
+            return  # every rank waited: in different collectives, COLL011 says which
         if len(silent) > max(1, world // 2):
             # Most ranks silent: the logs are a fragment. A timeout still means some rank never
             # reached the collective. Rank 0 exists in every job, and rank-0-only work is the
@@ -202,32 +201,6 @@ class SilentRanks(Rule):
             "doing first.",
             evidence=[evidence_of(timeouts[0])], ranks=(0,), confidence=0.25,
             ts=first_ts(timeouts), details={"waiting_ranks": [], "suspect": 0})
-
-    def _elsewhere(self, job: Job, timeouts: list[dict[str, Any]]) -> Iterator[Finding]:
-        """Every rank waited, but not in the same collective: the few ranks whose traceback ends
-        in another torch.distributed call than the rest's never reached the others' one."""
-        where = collective_frames(job)
-        groups: dict[str, set[int]] = {}
-        for rank, row in where.items():
-            groups.setdefault(row["data"]["frame"]["func"], set()).add(rank)
-        if len(groups) < 2:
-            return
-        main_op, main = max(groups.items(), key=lambda kv: len(kv[1]))
-        odd = set(where) - main
-        if len(main) <= len(odd) or len(main) < 2:
-            return  # no majority: who is out of step cannot be told
-        rows = [where[r] for r in sorted(odd)]
-        ops = sorted({r["data"]["frame"]["func"] for r in rows})
-        who = rank_phrase(odd)
-        yield self.finding(
-            f"{who[0].upper()}{who[1:]} never reached the {main_op} that {rank_phrase(main)} "
-            f"waited in: {'it' if len(odd) == 1 else 'they'} waited in {'/'.join(ops)} instead "
-            "(a collective only some ranks call, or call in another order), and neither side "
-            "could complete.",
-            evidence=[evidence_of(rows[0]), evidence_of(where[min(main)])], ranks=odd,
-            hosts=[r.get("host") for r in rows], confidence=0.5, ts=first_ts(timeouts),
-            details={"waiting_ranks": sorted(main), "collective": main_op,
-                     "elsewhere": {str(r): where[r]["data"]["frame"]["func"] for r in odd}})
 
 
 #: The module whose functions are the torch.distributed collectives a traceback ends in.
