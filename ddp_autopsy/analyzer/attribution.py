@@ -31,8 +31,12 @@ Unknown stays unknown: a writer whose lines name two ranks is left alone.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import polars as pl
+
+if TYPE_CHECKING:
+    from ddp_autopsy.analyzer.job import Job
 
 #: Cues under which a row's rank is its writer's own (not about another process).
 WRITER_CUES = (
@@ -232,6 +236,14 @@ def _contiguous(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(fill).then(pl.lit(CONTIGUOUS_CUE)).otherwise(pl.col("cue")).alias("cue"),
         pl.when(fill).then(pl.col("_guess")).otherwise(pl.col("rank")).alias("rank"),
     ).drop("_offset", "_guess")
+
+
+def one_host(job: Job) -> bool:
+    """The inputs name exactly one host (a summary's ``host : localhost``, a prefix) and no
+    launch asked for more nodes: the ranks share a machine, so no network links them. False
+    when no host is named at all (that says nothing)."""
+    hosts = job.events["host"].drop_nulls().unique() if job.events.height else []
+    return len(hosts) == 1 and declared_nodes(job.events) <= 1
 
 
 def declared_nodes(events: pl.DataFrame) -> int:

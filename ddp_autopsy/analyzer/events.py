@@ -460,8 +460,6 @@ class _Sifted:
     #: calls do not wait behind other blocks' (a call from the caller's thread queued for
     #: ~1 ms behind the pool's work, per file).
     rows: list[tuple[int, str, frozenset[str]]] = field(default_factory=list)
-    #: The file classified on the pool's thread too (:class:`Presifter` given a ``context``).
-    scanned: _Scanned | None = None
 
     def __post_init__(self) -> None:
         self.rows = list(_found(self.candidates, self.found))
@@ -470,12 +468,15 @@ class _Sifted:
 @dataclass
 class _Scanned:
     """A file's events, classified where it was sifted, for the context ``ctx`` (as
-    :func:`scan_text` leaves it): its caller uses them if it gives an equal context."""
+    :func:`scan_text` leaves it): its caller uses them if it gives an equal context, else
+    reads the file again (``again``). Its lines are not kept: a batch's memory is freed as soon
+    as it is classified, not when the caller takes its last file."""
 
     ctx: FileContext
     rows: list[dict[str, Any]]
     notes: list[InputNote]
     stats: ScanStats
+    again: Callable[[], tuple[int, _Sifted] | None]
 
 
 #: polars decompresses bytes that start like gzip, zlib or zstd: a block of text that starts so
@@ -772,8 +773,9 @@ def _pooled(blocks: Iterator[bytes]) -> Iterator[tuple[int, _Sifted]]:
 
 # --- many small files: read ahead, sifted many to a batch ------------------------------------
 
-#: (bytes, what the vectorised pass left): one block of a source, ready for :func:`scan_text`.
-Sifted = tuple[int, _Sifted]
+#: (bytes, what the vectorised pass left, or the events of a file classified on the pool): one
+#: block of a source, ready for :func:`scan_text`.
+Sifted = tuple[int, _Sifted | _Scanned]
 #: Files up to this size are read whole and sifted together, many to a polars pass: each polars
 #: call costs a fixed ~0.2 ms, and a file sifted alone makes several.
 SMALL_FILE = BLOCK_BYTES
@@ -946,23 +948,25 @@ def _read_and_sift(batch: list[tuple[Any, Callable[[], IO[bytes]], int]],
     datas = [_read_small(key, opener, size, accept) for key, opener, size in batch]
     read = [d for d in datas if d is not None]
     sifted = iter(zip(map(len, read), _sift_batch(read), strict=True)) if read else iter(())
-    out = [None if d is None else next(sifted) for d in datas]
+    out: list[Sifted | None] = [None if d is None else next(sifted) for d in datas]
     if context is not None:
-        for (key, _, _), done in zip(batch, out, strict=True):
+        for i, (file, done) in enumerate(zip(batch, out, strict=True)):
             if done is not None:
-                done[1].scanned = _prescan(done, context(key))
+                out[i] = done[0], _prescan(done, context(file[0]),
+                                           functools.partial(_read_and_sift, [file], accept))
     return out
 
 
-def _prescan(presifted: Sifted, ctx: FileContext) -> _Scanned:
+def _prescan(presifted: tuple[int, _Sifted], ctx: FileContext,
+             again: Callable[[], list[Sifted | None]]) -> _Scanned:
     """A sifted file classified as :func:`scan_text` would (no progress reported: the caller
-    reports it when it takes the events)."""
+    reports it when it takes the events); ``again`` reads and sifts it anew."""
     if ctx.task is None and ctx.rank is None:
         ctx.task = attribution_from_path(ctx.display).task
     notes: list[InputNote] = []
     stats = ScanStats()
     rows = _scan(None, ctx, notes, stats, presifted, None)
-    return _Scanned(ctx, rows, notes, stats)
+    return _Scanned(ctx, rows, notes, stats, lambda: again()[0])  # type: ignore[return-value]
 
 
 def scan_text(
@@ -975,16 +979,23 @@ def scan_text(
     if ctx.task is None and ctx.rank is None:
         ctx.task = attribution_from_path(ctx.display).task
     report = _progress.get()
-    done = presifted[1].scanned if presifted is not None else None
-    if done is not None and done.ctx == ctx:  # classified on the pool, for this very context
+    if presifted is not None and isinstance(presifted[1], _Scanned):
+        done = presifted[1]
+        if done.ctx != ctx:  # classified on the pool for another context: read it again
+            again = done.again()
+            if again is None:
+                notes.append(InputNote(ctx.display, "changed or gone while it was read: "
+                                                    "not read", "warning"))
+                return []
+            return _scan(None, ctx, notes, stats, again, report)
         notes.extend(done.notes)
         stats.lines += done.stats.lines
         stats.bytes += done.stats.bytes
         stats.candidates += done.stats.candidates
         if report is not None:
-            report(ctx.display, presifted[0])  # type: ignore[index]
+            report(ctx.display, presifted[0])
         return done.rows
-    return _scan(fh, ctx, notes, stats, presifted, report)
+    return _scan(fh, ctx, notes, stats, presifted, report)  # type: ignore[arg-type]
 
 
 def _scan(fh: IO[bytes] | None, ctx: FileContext, notes: list[InputNote], stats: ScanStats,

@@ -9,7 +9,10 @@ NCCL's own check: "Mismatched collective detected, please check your collective 
 around rank 39" (2.4-2.6), "Your program may be hanging, this may be caused by a collective
 mismatch around rank 3", or DeepSpeed ZeRO-3's check of the parameters each rank fetched:
 "disagreement between rank0 and rank6" (the ranks ran different modules, so they would gather
-different parameters).
+different parameters). As a suspicion (0.3): every rank of a one-machine job waiting in the same
+collective at the same place, none missing or failed (their timeouts, or stack snapshots in which
+none moved): with no network between them, arguments that differ (root/src, size, dtype, group)
+are the likeliest reason.
 
 ## Why it hangs or kills the job
 Collectives are matched by order: when one rank calls broadcast where the others call
@@ -38,8 +41,12 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 
+from ddp_autopsy.analyzer import snapshots
+from ddp_autopsy.analyzer.attribution import one_host
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.analyzer.stackview import wait_label
+from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.nccl.nccl004_network_error_runtime import same_call_stall
 
 SEQ = re.compile(r"SequenceNumber=(\d+)")
 
@@ -72,6 +79,48 @@ class CollectiveMismatch(Rule):
         yield from self._watchdog_ops(job)
         yield from self._nccl_check(job)
         yield from self._zero3_traces(job)
+        yield from self._one_host_stall(job)
+
+    def _one_host_stall(self, job: Job) -> Iterator[Finding]:
+        """Every rank of a one-machine job waits in the same collective at the same place and
+        none is missing or failed: no network links them, so the likeliest reason is that they
+        disagree on its arguments (root/src, size, dtype, group), which Gloo and NCCL do not
+        check. A suspicion: the remedy names the check that tells."""
+        if not one_host(job) and not self._stacks_on_one_host(job):
+            return
+        if job.stacks.height:
+            tree = job.stack_tree
+            if len(tree) < 2 or len(tree.classes) != 1 or tree.classes[0].collective is None \
+                    or snapshots.still(job.snapshot_moves) < 2 \
+                    or snapshots.moved(job.snapshot_moves, tree.procs):
+                return  # one snapshot, or ranks that moved: not shown to be stuck
+            c = tree.classes[0]
+            what = wait_label(c.collective) + (f" called from {c.user_frame}" if c.user_frame
+                                               else "")
+            p = tree.members(c.members)[0]
+            evidence = [Evidence(path=p.source, line=None, rank=p.rank, host=p.host,
+                                 text=f"{p.label} (pid {p.pid}): {c.collective}")]
+            n, ts = len(tree), None
+        else:
+            stall = same_call_stall(job)
+            if stall is None:
+                return
+            hang, ranks, what = stall
+            evidence, n, ts = [evidence_of(r) for r in hang[:2]], len(ranks), first_ts(hang)
+        yield self.finding(
+            f"All {n} ranks wait in {what} on one machine and none is missing or failed: no "
+            "network links them, so the likeliest reason is that they disagree on its arguments "
+            "(the root or src rank, a size, a dtype, the group), which the backends do not "
+            "check. TORCH_DISTRIBUTED_DEBUG=DETAIL names the rank that differs.",
+            evidence=evidence, ranks=[], confidence=0.3, ts=ts,
+            details={"collective": what, "ranks": n})
+
+    @staticmethod
+    def _stacks_on_one_host(job: Job) -> bool:
+        if not job.stacks.height:
+            return False
+        hosts = {p.host for p in job.stack_tree.procs}
+        return len(hosts) == 1 and None not in hosts
 
     def _zero3_traces(self, job: Job) -> Iterator[Finding]:
         """DeepSpeed ZeRO-3's own check: rank 0 and rank N fetched different sub-modules'

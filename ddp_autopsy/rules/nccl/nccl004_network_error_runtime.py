@@ -19,7 +19,9 @@ From logs alone, with none of these lines: every rank of the job timed out in th
 collective (watchdog or Gloo timeouts from all of them, at one sequence number or in one
 `torch.distributed` call) and none failed by itself. All reached it and no data moved, so the
 link between them (or the transport) is reported, at a low confidence; a rank that did not time
-out is COLL012's silent rank instead.
+out is COLL012's silent rank instead. A rank that lost its peers in that same call after the
+others timed out (Gloo closes its pairs on a timeout) counts as having reached it. Not when the
+inputs name one machine only: no network links those ranks (COLL001's suspicion instead).
 
 ## Why it hangs or kills the job
 A collective in flight loses its connection; NCCL reports ncclRemoteError or ncclSystemError and
@@ -49,9 +51,11 @@ socketProgressOpt: Call to recv from 172.16.0.4<33759> failed : Connection reset
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import polars as pl
 
+from ddp_autopsy.analyzer.attribution import one_host
 from ddp_autopsy.analyzer.firewall import blocking_rules
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
@@ -209,20 +213,10 @@ class NetworkErrorRuntime(Rule):
         """Every rank of the job timed out in the same collective, none failed by itself: they
         all reached it and no data moved between them. With no other line to tell, the link
         between them (or the transport) is the likely story, at a low confidence."""
-        hang = job.rows(*kinds_tagged("hang"))
-        ranks = {r["rank"] for r in hang if r["rank"] is not None}
-        world = job.world_size or (max(ranks) + 1 if ranks else 0)
-        if world < 2 or ranks != set(range(world)) or job.rows("oom"):
-            return
-        raised = [r for r in job.rows("exception") if not CONSEQUENCE.search(r["text"])]
-        if raised:
-            return  # a rank's own error is the story
-        where = {(r["data"].get("op"), r["data"].get("seq")) for r in hang
-                 if r["kind"] == "watchdog_timeout"}
-        funcs = {r["data"]["frame"]["func"] for r in collective_frames(job).values()}
-        if len(where) > 1 or len(funcs) > 1:
-            return  # not the same collective: a mismatch, not a stall
-        what = next(iter(funcs), None) or next((op for op, _ in where if op), "the same collective")
+        stall = same_call_stall(job)
+        if stall is None or one_host(job):
+            return  # on one machine no network links them: COLL001's arguments-differ suspicion
+        hang, ranks, what = stall
         hosts = sorted({r["host"] for r in hang if r.get("host")})
         yield self.from_rows(
             hang, f"Every rank ({rank_phrase(sorted(ranks))}) timed out in {what}: all of them "
@@ -230,3 +224,26 @@ class NetworkErrorRuntime(Rule):
             "rank failing or missing, the likely cause is the network between them (a link or "
             "switch port down, a firewall rule) or the transport stalling.", shown=3, ranks=(),
             hosts=hosts, confidence=0.4, details={"ranks": sorted(ranks), "collective": what})
+
+
+def same_call_stall(job: Job) -> tuple[list[dict[str, Any]], set[int], str] | None:
+    """(timeout rows, ranks, collective) when every rank of the job timed out in the same
+    collective, or lost its peers there after others had (Gloo closes its pairs on a timeout),
+    and none failed by itself; else None."""
+    hang = job.rows(*kinds_tagged("hang"))
+    if not hang:
+        return None
+    frames = collective_frames(job)
+    ranks = {r["rank"] for r in hang if r["rank"] is not None} | set(frames)
+    world = job.world_size or (max(ranks) + 1 if ranks else 0)
+    if world < 2 or ranks != set(range(world)) or job.rows("oom"):
+        return None
+    if any(not CONSEQUENCE.search(r["text"]) for r in job.rows("exception")):
+        return None  # a rank's own error is the story
+    where = {(r["data"].get("op"), r["data"].get("seq")) for r in hang
+             if r["kind"] == "watchdog_timeout"}
+    funcs = {r["data"]["frame"]["func"] for r in frames.values()}
+    if len(where) > 1 or len(funcs) > 1:
+        return None  # not the same collective: a mismatch, not a stall
+    what = next(iter(funcs), None) or next((op for op, _ in where if op), "the same collective")
+    return hang, ranks, what
