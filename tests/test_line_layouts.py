@@ -74,6 +74,9 @@ def test_stamp_before_the_rank_prefix() -> None:
     utc = parse_line(f"2024-05-01T12:00:01.123Z [rank3]:{WATCHDOG}", 2024)
     assert (utc.rank, utc.clock, utc.level) == (3, T.UTC, "E")
     assert utc.body.startswith("[Rank 15] Watchdog caught")
+    # a platform console's stamp to the minute, after a blank (s11-001, verbatim prefix)
+    minute = parse_line(f" 2025-02-18 12:54 [rank12]:{WATCHDOG}", 2025)
+    assert (minute.rank, minute.ts) == (12, datetime(2025, 2, 18, 12, 54))
 
 
 def test_srun_label_and_pdsh_host_vouched_for_by_the_next_prefix() -> None:

@@ -123,8 +123,9 @@ PYLOG_BRACKET = re.compile(
     r"(?:(?P<logger>[\w.]+): )?(?:\[(?P<level>[A-Z]+)\]\s?)?"
 )
 PYLOG_PLAIN = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL):(?P<logger>[\w.]+):")
+# (a platform's console may stamp minutes only, after a blank: " 2025-02-18 12:54 [rank12]:")
 ISO = re.compile(
-    r"^\[?(?P<date>\d{4}-\d\d-\d\d)[T ](?P<hms>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d+))?"
+    r"^ ?\[?(?P<date>\d{4}-\d\d-\d\d)[T ](?P<hms>\d\d:\d\d(?::\d\d)?)(?:[.,](?P<frac>\d+))?"
     r"(?P<zone>Z|[+-]\d\d:?\d\d)?\]?\s+(?:[-|]\s+)?"
 )
 # DeepSpeed's logger, after its "[date] [LEVEL] ": "[engine.py:1234:__init__] "
