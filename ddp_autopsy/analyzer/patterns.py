@@ -768,6 +768,15 @@ PATTERNS: tuple[Pattern, ...] = (
         r"system error)(?:.*?Worker exit type: (?P<exit_type2>[A-Z_]+))?"
         r"(?:.*?Worker exit detail: (?P<detail2>[^.]+))?",
     ),
+    # torch's check of the GPU against the architectures it was built for (torch/cuda/__init__.py
+    # _check_capability): "NVIDIA A100 with CUDA capability sm_80 is not compatible with the
+    # current PyTorch installation." (its kernels will fail with "no kernel image is available")
+    _p(
+        "cuda_arch_unsupported",
+        "is not compatible with the current PyTorch installation",
+        r"with CUDA capability (?P<sm>sm_\d+) is not compatible with the current PyTorch "
+        r"installation",
+    ),
     # Python's threading.excepthook before a thread's uncaught traceback: "Exception in thread
     # prefetch:", "Exception in thread Thread-1 (worker):" (the thread died, not the process).
     _p(
@@ -1303,6 +1312,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "ray_worker_died": {"failure", "crash"},
     "ray_train_worker_failed": {"failure"},
     "thread_exception": {"info"},
+    "cuda_arch_unsupported": {"failure"},
     "ray_version_mismatch": {"failure"},
     "nccl_build_incompatible": {"failure"},
     "nccl_net_choice": {"info"},

@@ -6,8 +6,11 @@ per process from NCCL 2.22) and the version in PyTorch's NCCL errors, NCCL's own
 NCCL version detected" check (2.23.4+), an NCCL that cannot read torch's configuration ("Invalid
 config blocking attribute value -2147483648": an older libnccl than torch's headers) or says its
 CUDA runtime or driver is too old, Ray's refusal of a process whose Ray or Python version
-differs from its cluster's ("Version mismatch: The cluster was started with:"), and the torch /
-NCCL / CUDA / Python versions that `collect` read from each process.
+differs from its cluster's ("Version mismatch: The cluster was started with:"), a build whose
+kernels were not compiled for this GPU ("Cuda failure 'invalid device function'", "no kernel image
+is available for execution on the device", torch's "with CUDA capability sm_35 is not compatible
+with the current PyTorch installation"), and the torch / NCCL / CUDA / Python versions that
+`collect` read from each process.
 
 ## Why it hangs or kills the job
 Ranks exchange raw structures during bootstrap and collectives; builds that disagree on their
@@ -19,7 +22,9 @@ Each version with the ranks and hosts that run it.
 
 ## Remedy
 Install the same torch/NCCL/CUDA build on every node (one container image, one environment
-module); check `LD_LIBRARY_PATH` and `nvidia-nccl-cu*` wheels that shadow the bundled NCCL.
+module); check `LD_LIBRARY_PATH` and `nvidia-nccl-cu*` wheels that shadow the bundled NCCL. For
+a GPU the build has no kernels for, install a torch (and NCCL) built for its compute capability
+(`torch.cuda.get_arch_list()` against `torch.cuda.get_device_capability()`).
 
 ## Example
 ```
@@ -30,6 +35,7 @@ node2:5151:5151 [0] NCCL INFO NCCL version 2.19.3+cuda12.2
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -39,6 +45,11 @@ from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, writers_phrase
 
 KEYS = ("torch", "nccl", "cuda", "python")
+
+
+#: CUDA's words for a kernel the build has no code for on this GPU (cudaErrorInvalidDeviceFunction,
+#: cudaErrorNoKernelImageForDevice).
+NO_KERNEL = re.compile(r"invalid device function|no kernel image is available for execution")
 
 
 class VersionMismatch(Rule):
@@ -94,6 +105,16 @@ class VersionMismatch(Rule):
                     "NCCL reports a CUDA runtime or driver too old for it: the NCCL, torch and "
                     "CUDA driver of this environment do not belong together")
             yield self.from_rows(builds, f"Mismatched builds: {what}.", shown=2, confidence=0.75)
+            return
+        arch = [r for r in job.rows("cuda_failure", "cuda_arch_unsupported")
+                if r["kind"] == "cuda_arch_unsupported" or NO_KERNEL.search(r["text"])]
+        if arch and not explicit:
+            sm = next((r["data"]["sm"] for r in arch if r["data"].get("sm")), None)
+            yield self.from_rows(
+                arch, "The CUDA build does not fit this GPU: its kernels were not compiled for "
+                f"{'compute capability ' + sm if sm else 'this GPU architecture'} (\"invalid "
+                "device function\" / \"no kernel image is available\"), in torch or in its "
+                "NCCL.", shown=2, ranks=(), confidence=0.8)
             return
         ray = job.rows("ray_version_mismatch")
         if ray and not explicit:
