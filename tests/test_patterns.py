@@ -160,6 +160,17 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      "last enqueued NCCL work: 312, last completed NCCL work: 311.",
      {"enqueued": 312, "completed": 311}),
     ("gloo_timeout", "RuntimeError: Application timeout caused pair closure", {}),
+    ("gloo_timeout", "RuntimeError: [/opt/conda/conda-bld/pytorch_1532579245307/work/third_party/"
+     "gloo/gloo/transport/tcp/buffer.cc:76] Read timeout [127.0.0.1]:32444",  # s13-007
+     {"rw": "Read", "peer": "127.0.0.1"}),
+    ("collective_fingerprint_mismatch", "RuntimeError: Detected mismatch between collectives on "
+     "ranks. Rank 0 is running inconsistent collective: CollectiveFingerPrint(OpType=BROADCAST, "
+     "TensorShape=[4], TensorDtypes=Float)", {"r1": 0}),  # torch 1.10 wording, s13-008
+    ("nccl_connect_failure", "[rank1]: NET/OFI Unable to insert remote address into address "
+     "vector for device 1. RC: 0", {"ofi": "Unable to insert remote address into address "
+                                          "vector"}),  # aws-ofi-nccl, s13-023
+    ("network_error", "[rank3]: NET/OFI Request 0x7f14cc5b60c0 completed with error. RC: 113. "
+     "Error: 2 (UNDELIVERABLE). Completed length: 0", {"rc": "113", "err": "UNDELIVERABLE"}),
     ("gloo_size_mismatch", "RuntimeError: [enforce fail at ../third_party/gloo/gloo/transport/tcp/"
      "pair.cc:446] op.preamble.length <= op.nbytes. 8 vs 4", {"got": 8, "want": 4}),
     ("gloo_connect_failure", "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] "

@@ -329,13 +329,14 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "collective_fingerprint_mismatch",
         "Detected mismatch between collectives",
+        # (torch 1.10-1.11: "Rank 0 is running inconsistent collective: ...", one rank only)
         r"Detected mismatch between collectives on ranks\. Rank (?P<r1>\d+) is running collective: "
         r"(?P<fp1>CollectiveFingerPrint\(.*?\)), but Rank (?P<r2>\d+) is running collective: "
         r"(?P<fp2>CollectiveFingerPrint\(.*?\))\.(?:Collectives differ in the following aspects: "
         r"(?P<aspects>.*))?"
         # cut before the second fingerprint (a truncated paste): the first one only
         r"|Detected mismatch between collectives on ranks\. Rank (?P<r3>\d+) is running "
-        r"collective: (?P<fp3>CollectiveFingerPrint\(.*)",
+        r"(?:inconsistent )?collective: (?P<fp3>CollectiveFingerPrint\(.*)",
         r1=int,
         r2=int,
         r3=int,
@@ -498,8 +499,11 @@ PATTERNS: tuple[Pattern, ...] = (
     # Gloo: the peer is alive but absent.
     _p(
         "gloo_timeout",
-        ("operation to complete", "Application timeout caused pair closure"),
+        ("operation to complete", "Application timeout caused pair closure", "Read timeout [",
+         "Write timeout ["),
         r"(?:Timed out waiting (?P<ms>\d+)ms for (?P<op>recv|send) operation to complete"
+        # Gloo before 2019 (transport/tcp/buffer.cc, pair.cc): "Read timeout [127.0.0.1]:32444"
+        r"|(?P<rw>Read|Write) timeout \[(?P<peer>[^\]]+)\]:\d+"
         # The pair is closed on timeout; later ops on it raise this.
         r"|Application timeout caused pair closure)",
         ms=int,
@@ -930,7 +934,7 @@ PATTERNS: tuple[Pattern, ...] = (
         ("exceeded retries", "exceeded error retry count", "exceeded timeouts", "failed : ",
          "wrong magic", "wrong type", "Proxy Call to rank", "Failed to execute operation",
          "PollConnect: Connect to ", "after sleep for", ", retrying (",
-         "Call to connect timeout"),
+         "Call to connect timeout", "NET/OFI Unable to insert remote address"),
         r"(?:(?P<fn>\w+): (?:connect (?:to (?P<addr>\S+) )?returned (?P<err>.+?), "
         r"(?:exceeded error retry count|retrying \((?P<try>\d+)/(?P=try)\))"
         r"|exceeded (?:retries|timeouts) \((?P<n>\d+)\))"
@@ -946,7 +950,10 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|\[Proxy Service (?P<svc>\d+)\] Failed to execute operation (?P<op>\w+) from rank "
         r"(?P<frank>\d+)"
         # 2.3 (include/socket.h): "Call to connect timeout : Connection refused"
-        r"|Call to connect timeout : (?P<err4>.+))",
+        r"|Call to connect timeout : (?P<err4>.+)"
+        # the AWS OFI net plugin could not add a peer's endpoint (EFA: its security group):
+        # "NET/OFI Unable to insert remote address into address vector for device 1. RC: 0"
+        r"|NET/OFI (?P<ofi>Unable to insert remote address into address vector)[^.]*)",
         alias={"fn3": "fn", "addr3": "addr", "err3": "err"},
         code=int,
     ),
@@ -1045,7 +1052,8 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "network_error",
         ("Call to recv from", "Call to send to", "Got completion", "async fatal event",
-         "Got async event", "Socket recv failed", "got completion with error", "Call to ibv_"),
+         "Got async event", "Socket recv failed", "got completion with error", "Call to ibv_",
+         "completed with error. RC: "),
         r"(?:Call to (?:recv from|send to) (?P<peer>\S+) failed : (?P<err>.+)"
         r"|Call to (?:recv|send) failed : (?P<err2>.+)"
         r"|Got completion (?:from peer (?P<peer2>\S+) )?with (?:error (?P<status>\d+)"
@@ -1058,7 +1066,11 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|Call to (?P<verb>ibv_\w+) failed(?: with(?: error)? (?P<err3>.+))?"
         # rdma-core's mlx5 provider before its CQE dump: "mlx5: host1: got completion with error:"
         # (a file of such lines reads "mlx5: host1: " as host prefixes)
-        r"|(?:mlx5: (?P<ibhost>[^:\s]+): )?got completion with error:?$)",
+        r"|(?:mlx5: (?P<ibhost>[^:\s]+): )?got completion with error:?$"
+        # the AWS OFI net plugin's completion error (EFA): "NET/OFI Request 0x7f14cc5b60c0
+        # completed with error. RC: 113. Error: 2 (UNDELIVERABLE). Completed length: 0"
+        r"|NET/OFI Request \S+ completed with error\. RC: (?P<rc>\d+)\. Error: \d+ "
+        r"\((?P<err4>[^)]+)\))",
         status=int,
         status2=int,
     ),
