@@ -56,6 +56,7 @@ from ddp_autopsy.rules.base import (
     earliest_first,
     evidence_of,
     first_ts,
+    rank_phrase,
     subject,
 )
 
@@ -200,8 +201,29 @@ class RankCrashed(Rule):
                 confidence=0.6, ts=s["ts"], details={"spawn_index": idx},
             )
             return
-        exits = list(self._launcher_exits(job)) or list(self._proxy_peer_gone(job))
+        exits = list(self._launcher_exits(job)) or list(self._proxy_peer_gone(job)) \
+            or list(self._store_root_gone(job))
         yield from exits or self._cut_traceback(job)
+
+    def _store_root_gone(self, job: Job) -> Iterator[Finding]:
+        """Ranks fetching the ncclUniqueId their root publishes lost the store connection ("...
+        retrieving ncclUniqueId from [0] via c10d key-value store ..., but store->get('0') got
+        error: Connection reset by peer"): the store's host went away, and with it, most likely,
+        the root rank (torchrun's agent closes its store when a worker of its node fails)."""
+        rows = [r for r in job.rows("store_wait_timeout")
+                if r["data"].get("root") is not None
+                and LOST_STORE.search(r["data"].get("err") or "")]
+        roots = {r["data"]["root"] for r in rows}
+        if len(roots) != 1:
+            return
+        root = next(iter(roots))
+        waiting = sorted({r["data"]["rank"] for r in rows if r["data"].get("rank") is not None})
+        yield self.from_rows(
+            rows, f"Rank {root} most likely went away first: "
+            f"{rank_phrase(waiting) if waiting else 'the other ranks'} lost the connection to the "
+            f"c10d store while fetching the NCCL id rank {root} publishes "
+            f"({rows[0]['data']['err'].strip()}), and nothing else in the inputs failed.",
+            shown=2, ranks=[root], confidence=0.45, details={"root": root, "waiting": waiting})
 
     def _cut_traceback(self, job: Job) -> Iterator[Finding]:
         """A rank's traceback cut before its exception line (a paste that stops inside it),
@@ -301,6 +323,9 @@ def _crash_exit(code: object) -> bool:
     return isinstance(code, int) and (code > 0 or signal_name(code) in NATIVE_SIGNALS)
 
 
+#: A store read that failed because the store's server went away (not a timeout).
+LOST_STORE = re.compile(r"Connection reset by peer|Broken pipe|Connection closed|Connection refused"
+                        r"|[Ee]nd of file|EOF", re.I)
 NCCL_ERROR = re.compile(r"NCCL error(?: in| \d+)?:", re.IGNORECASE)
 #: CUDA errors that leave the context unusable (cudaErrorIllegalAddress, ...LaunchFailure,
 #: ...Assert, ...MisalignedAddress, ...IllegalInstruction, ...HardwareStackError,

@@ -34,6 +34,7 @@ from typing import Any
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, parse_ranks, rank_phrase
 from ddp_autopsy.rules.coll.coll014_store_wait_for_busy_rank import busy_waits
+from ddp_autopsy.rules.crash.crash001_rank_crashed import LOST_STORE
 
 
 class MissingRanks(Rule):
@@ -83,7 +84,9 @@ class MissingRanks(Rule):
             evidence_rows += barrier[:2]
         # A store read that waited for a rank which had joined and was busy is COLL014's.
         busy = busy_waits(job)[0]
-        waits = [r for r in job.rows("store_wait_timeout") if r not in busy]
+        # (a read that lost its connection says the store's host went away: CRASH001's)
+        waits = [r for r in job.rows("store_wait_timeout") if r not in busy
+                 and not LOST_STORE.search(r["data"].get("err") or "")]
         if not evidence_rows and not (waits and named):
             if not waits:
                 return
