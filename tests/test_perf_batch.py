@@ -207,10 +207,32 @@ def test_a_context_unlike_the_callers_is_classified_again(tmp_path: Path) -> Non
 
     with events.Presifter(files, lambda head, key: True, lambda key: ctx(None)) as ahead:
         presifted = ahead.take(log)
-    assert presifted is not None and presifted[1].scanned is not None
+    assert presifted is not None and isinstance(presifted[1], events._Scanned)
     for rank in (None, 3):
         notes: list[events.InputNote] = []
         got = events.scan_text(None, ctx(rank), notes, presifted=presifted)
         with log.open("rb") as fh:
             alone = events.scan_text(fh, ctx(rank), [])
         assert got == alone and {e["rank"] for e in got if e["kind"] == "oom"} == {rank}
+
+
+def test_tiny_blocks_keep_the_lines_the_filters_keep(inputs: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block of a few KB is filtered by substring tests in Python (no regex to compile):
+    the same candidate lines as polars' two-level filter, on every log of the inputs."""
+    checked = 0
+    for path in sorted(inputs.rglob("*")):
+        if not path.is_file() or path.suffix == ".gz":
+            continue
+        with path.open("rb") as fh:
+            blocks = list(events.iter_blocks(fh, str(path), []))
+        for block in blocks:
+            frame, replaced = events._lines(block)
+            got = []
+            for tiny in (0, 1 << 62):
+                monkeypatch.setattr(events, "TINY_BLOCK", tiny)
+                monkeypatch.setattr(events, "HYPERSCAN_MIN", 1 << 62)
+                got.append(events._candidates(frame, block, replaced)[0])
+            assert_frame_equal(got[0], got[1])
+            checked += got[0].height
+    assert checked > 1000
