@@ -71,7 +71,7 @@ CONSEQUENCE = re.compile(
     r"|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
     r"|Detected mismatch between collectives|disagreement between rank0 and rank"
     r"|DDP expects same model across all ranks|appears not to match sizes of the same param"
-    r"|Is there a distributed collective mismatch|failed to pass monitoredBarrier|Address already in use"
+    r"|Is there a distributed collective mismatch|invalid device ordinal|failed to pass monitoredBarrier|Address already in use"
     r"|successfully reached monitoredBarrier"
     r"|cannot be retrieved|while trying to connect to|failed to connect to any network address"
     # Ray's driver reporting that an actor's process is gone

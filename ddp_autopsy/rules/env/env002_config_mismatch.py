@@ -8,7 +8,9 @@ ddp: GLOBAL_RANK: 1, MEMBER: 2/4" printed twice for rank 1 while ranks 2 and 3 n
 (two nodes both started as ranks 0-1 of a 4-rank job). NCCL's bootstrap root says the same
 when ranks build a communicator of different sizes: "Bootstrap Root : mismatch in rank count
 from procs 4 : 8" (≤2.22), "mismatch in info from procs, nranks 4 vs 8" (2.23+), and NCCL's
-init refuses a rank outside the communicator: "Invalid rank requested : 2/2".
+init refuses a rank outside the communicator: "Invalid rank requested : 2/2". Also a process
+that asked for a GPU it cannot see ("CUDA error: invalid device ordinal"): more processes per
+node than visible GPUs, or a device index taken from the global rank.
 
 ## Why it hangs or kills the job
 Ranks that disagree on the world size or the master wait for peers that will never come (or
@@ -63,6 +65,25 @@ class ConfigMismatch(Rule):
         yield from self._nccl_bootstrap(job)
         yield from self._nccl_invalid_rank(job)
         yield from self._init_waits_beyond(job)
+        yield from self._device_ordinal(job)
+
+    def _device_ordinal(self, job: Job) -> Iterator[Finding]:
+        """"CUDA error: invalid device ordinal" (a set_device / .to(device) of a GPU this
+        process cannot see): more processes per node than visible GPUs (`--nproc_per_node` above
+        the GPU count, a CUDA_VISIBLE_DEVICES narrower than the launch), or a device index
+        computed from the global rank instead of the local one."""
+        rows = [r for r in job.rows("cuda_failure", "exception")
+                if "invalid device ordinal" in r["text"]]
+        if not rows:
+            return
+        ranks = sorted({r["rank"] for r in rows if r["rank"] is not None})
+        who = rank_phrase(ranks) if ranks else "Some ranks"
+        yield self.from_rows(
+            rows, f"{who[0].upper()}{who[1:]} asked for a GPU {'it' if len(ranks) == 1 else 'they'} "
+            "cannot see (CUDA error: invalid device ordinal): the launch starts more processes per "
+            "node than there are visible GPUs (--nproc_per_node, CUDA_VISIBLE_DEVICES), or the "
+            "device index comes from the global rank instead of LOCAL_RANK.", shown=2,
+            ranks=ranks, confidence=0.8)
 
     def _init_waits_beyond(self, job: Job) -> Iterator[Finding]:
         """Ranks that waited in init_process_group for the address of a rank the job does not
