@@ -113,7 +113,7 @@ def run_one(spec: runner.ScenarioSpec, mode: str, out: Path) -> dict[str, Any]:
     runner.SCENARIOS[spec.name] = v  # run_scenario looks the spec up by name
     run = runner.run_scenario(spec.name, out / mode)
     cell: dict[str, Any] = {
-        "job": spec.name, "mode": mode, "expect": spec.expect,
+        "job": spec.name, "mode": mode, "expect": spec.expect, "commit": _head(),
         "returncodes": run.returncodes, "run_dir": str(run.dir), "run_error": run.error,
         "duration_s": run.duration_s,
     }
@@ -134,6 +134,27 @@ def run_one(spec: runner.ScenarioSpec, mode: str, out: Path) -> dict[str, Any]:
     else:
         cell["cause"], cell["culprit"] = judge(spec.expect, got)
     return cell
+
+
+def _head() -> str:
+    """The checkout's commit when a cell ran (the analysis code under test changes often)."""
+    proc = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() or "?"
+
+
+def _judgement(cell: dict[str, Any]) -> str:
+    got = cell.get("got", {})
+    at = f" @{cell['commit']}" if cell.get("commit") else ""
+    return f"{cell['cause']}/{cell['culprit']} ({got.get('cause')} {got.get('ranks')}){at}"
+
+
+def _runs(cell: dict[str, Any]) -> str:
+    history = [*cell.get("history", []), _judgement(cell)]
+    if len(history) == 1:
+        return "1"
+    same = len({h.split(" ", 1)[0] for h in history}) == 1
+    return f"{len(history)}, " + ("same" if same else "FLIPS: " + "; ".join(history))
 
 
 def load_results() -> dict[str, dict[str, Any]]:
@@ -166,7 +187,10 @@ def write_doc(results: dict[str, dict[str, Any]], specs: dict[str, runner.Scenar
         "the tool was run. `logs`: the job's captured output once it died by itself (Gloo timeout",
         "10 s); `live`: a bundle from `collect` while it hung, analyzed alone. **cause** is right",
         "when the verdict's cause is the truth or one of the accepted alternatives, **culprit**",
-        "when the verdict names exactly the culprit ranks.",
+        "when the verdict names exactly the culprit ranks. **runs**: how many times the cell was",
+        "run; the judgement (cause/culprit, verdict, commit of the checkout) of each run when they",
+        "differ: the analysis changes between runs, so a flip is usually a rule change, not",
+        "chance. The cells show the last run.",
         "",
         "## Score",
         "",
@@ -184,8 +208,8 @@ def write_doc(results: dict[str, dict[str, Any]], specs: dict[str, runner.Scenar
         "",
         "## Cells",
         "",
-        "| job | mode | truth | cause | culprit | verdict (rule: cause [ranks]) |",
-        "|---|---|---|---|---|---|",
+        "| job | mode | truth | cause | culprit | verdict (rule: cause [ranks]) | runs |",
+        "|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         exp = c["expect"]
@@ -199,7 +223,8 @@ def write_doc(results: dict[str, dict[str, Any]], specs: dict[str, runner.Scenar
             said = (f"{got.get('rule')}: {got.get('cause')} {got.get('ranks')}: "
                     f"{_one_line(got.get('summary', ''))}")
         lines.append(
-            f"| {c['job']} | {c['mode']} | {truth} | {c['cause']} | {c['culprit']} | {said} |"
+            f"| {c['job']} | {c['mode']} | {truth} | {c['cause']} | {c['culprit']} | {said} "
+            f"| {_one_line(_runs(c))} |"
         )
     lines += ["", "## The jobs", "", "| job | launcher | what happens |", "|---|---|---|"]
     for name, spec in sorted(specs.items()):
@@ -227,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
                 if args.mode and mode != args.mode:
                     continue
                 cell = run_one(specs[name], mode, args.out)
+                old = results.get(f"{name}/{mode}")
+                if old is not None:  # keep earlier runs' judgements: a verdict that flips shows
+                    cell["history"] = [*old.get("history", []), _judgement(old)]
                 results[f"{name}/{mode}"] = cell
                 RESULTS.write_text(json.dumps(results, indent=1, default=str) + "\n")
                 got = cell.get("got", {})
