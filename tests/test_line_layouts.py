@@ -259,6 +259,19 @@ def test_each_ranks_last_line_after_attribution(tmp_path: Path) -> None:
                    (1, 3, f"[default1]:{BAR}", True)]
 
 
+def test_unprefixed_lines_that_open_with_their_rank_are_each_ranks_last(tmp_path: Path) -> None:
+    # mp.spawn's console: no prefixes, but the program names its rank at the start of its lines
+    lines = ["rank=0 step=2 sum=12.0", "rank 1: uploading shard step2-rank1.pt",
+             "rank=2 step=2 sum=12.0", "Rank 0 is the problematic rank", "all done"]
+    (tmp_path / "console.log").write_text("\n".join(lines) + "\n")
+    df = resolve(load([tmp_path]).events).filter(pl.col("kind") == "last_line")
+    got = sorted(((r["rank"], r["text"]) for r in df.iter_rows(named=True)),
+                 key=lambda x: (x[0] is None, x))
+    # "Rank 0 is ..." reports on rank 0 rather than speaking for it; the unranked last line stays
+    assert got == [(0, "rank=0 step=2 sum=12.0"), (1, "rank 1: uploading shard step2-rank1.pt"),
+                   (2, "rank=2 step=2 sum=12.0"), (None, "all done")]
+
+
 def test_a_writer_that_went_quiet_blocks_ago(monkeypatch) -> None:
     """Its last line is found though later blocks never name it (and blocks are pooled)."""
     monkeypatch.setattr(E, "BLOCK_BYTES", 1 << 12)

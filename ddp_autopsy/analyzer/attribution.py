@@ -43,7 +43,9 @@ WRITER_CUES = (
     "torch [rankN]: prefix", "launcher prefix rank", "mpirun [job,rank] prefix",
     "message [Rank N]", "Lightning [rank: N] prefix", "Lightning GLOBAL_RANK line",
     "[RANK N] prefix", "worker prefix rank=N", "file name", "bundle manifest",
+    "the line opens with its rank",
 )
+SELF_RANK_CUE = WRITER_CUES[-1]
 TASK_CUE = "srun --label task id (confirmed by ranked lines)"
 SLOT_CUE = "launcher prefix [N]: (confirmed by ranked lines)"
 NCCL_CUE = "NCCL comm init (world communicator)"

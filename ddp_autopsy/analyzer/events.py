@@ -32,6 +32,7 @@ from __future__ import annotations
 import bisect
 import codecs
 import contextvars
+import dataclasses
 import functools
 import itertools
 import json
@@ -51,6 +52,7 @@ import polars as pl
 
 from ddp_autopsy.analyzer import patterns as P
 from ddp_autopsy.analyzer import timestamps
+from ddp_autopsy.analyzer.attribution import SELF_RANK_CUE
 from ddp_autopsy.analyzer.layout import attribution_from_path
 from ddp_autopsy.analyzer.lines import _ANY_PREFIX as ANY_PREFIX
 from ddp_autopsy.analyzer.lines import (
@@ -526,15 +528,13 @@ def _sift(block: bytes, head: bool, known: FilePrefix | None = None,
     up). The file's first lines decide its prefixes (``known``, found here when None) and how
     to name its writers (``writers``), which a later block decides for itself if they did not."""
     frame, replaced = _lines(block)
-    cands, found, prefixed = _candidates(frame, block, replaced, probe=known is None)
     if known is None:  # the common file has no prefixes: one query says so
-        if prefixed is None:
-            prefixed = frame.head(SAMPLE_LINES).select(
-                pl.col("text").str.contains(ANY_PREFIX).any()).item()
-        known, writers = detect(frame["text"]) if prefixed else (NO_PREFIX, None)
+        known, writers = detect(frame["text"]) if frame.head(SAMPLE_LINES).select(
+            pl.col("text").str.contains(ANY_PREFIX).any()).item() else (NO_PREFIX, None)
     elif writers is None and not head:  # no writer named in the file's first lines: here?
         writers = block_writers(frame["text"], known)
     prefix = known if head else None
+    cands, found = _candidates(frame, block, replaced)
     opens = False
     if cands.height:
         opens = any(o in text for text in cands["text"] for o in OPENERS)
@@ -543,22 +543,21 @@ def _sift(block: bytes, head: bool, known: FilePrefix | None = None,
     return _Sifted(frame, cands, prefix, replaced, opens, _tails(frame, writers), found=found)
 
 
-def _candidates(frame: pl.DataFrame, block: bytes, replaced: bool, probe: bool = False
-                ) -> tuple[pl.DataFrame, dict[int, frozenset[str]] | None, bool | None]:
+def _candidates(frame: pl.DataFrame, block: bytes, replaced: bool
+                ) -> tuple[pl.DataFrame, dict[int, frozenset[str]] | None]:
     """The lines of ``frame`` (``block`` split by :func:`_lines`) that hold a needle: found
     by Hyperscan in the block's bytes when it is installed and the lines are the block's bytes
     as they are (no bad UTF-8 replaced, no ANSI stripped), else by polars' two-level filter;
-    from Hyperscan, the needles on each, and (``probe``) whether the first SAMPLE_LINES lines
-    show a prefix (else None: not looked at)."""
+    and, from Hyperscan, the needles on each."""
     if _use_hyperscan(block, replaced):
-        hs = _needle_lines(block, frame, probe=probe)
+        hs = _needle_lines(block, frame)
         if hs is not None:
-            return _rows(frame, hs[0]), dict(zip(hs[0], hs[2], strict=True)), hs[3]
+            return _rows(frame, hs[0]), dict(zip(hs[0], hs[2], strict=True))
     if len(block) <= TINY_BLOCK:  # a few lines: the same test without compiling the filters
         return _rows(frame, [i for i, text in enumerate(frame["text"].to_list())
-                             if any(n in text for n in NEEDLES)]), None, None
+                             if any(n in text for n in NEEDLES)]), None
     cands = frame.filter(FIRST_LEVEL)
-    return (cands.filter(SECOND_LEVEL) if cands.height else cands), None, None
+    return (cands.filter(SECOND_LEVEL) if cands.height else cands), None
 
 
 #: Up to this many bytes, a block's lines are tested for each needle in Python: polars' filters
@@ -609,14 +608,12 @@ def _hyperscan() -> Any:
 _ID_NEEDLE = [n if n in _BY_NEEDLE else None for n in NEEDLES]
 
 
-def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = (),
-                  probe: bool = False
-                  ) -> tuple[list[int], list[int], list[frozenset[str]], bool | None] | None:
+def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = ()
+                  ) -> tuple[list[int], list[int], list[frozenset[str]]] | None:
     """The 0-based numbers of the lines of ``block`` that hold a needle, the number of lines
-    before each byte offset of ``marks`` (ascending), the catalog's needles on each line
-    found (all of them: Hyperscan reports every match, overlapping ones too), and with
-    ``probe`` whether the first SAMPLE_LINES lines show a prefix (None: not looked at). None:
-    no Hyperscan, or the block's lines are not ``frame``'s lines ended by newlines."""
+    before each byte offset of ``marks`` (ascending), and the catalog's needles on each line
+    found (all of them: Hyperscan reports every match, overlapping ones too). None: no
+    Hyperscan, or the block's lines are not ``frame``'s lines ended by newlines."""
     db = _hyperscan()
     if db is None:
         return None
@@ -629,7 +626,7 @@ def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = ()
     # Match ends as (offset, id), marks as (offset, MARK): a mark at a match's end comes after
     # it. Matches come in no promised order.
     points = sorted([*ends, *((m, MARK) for m in marks)])
-    numbers, prefixed = _lines_before(block, frame, [offset for offset, _ in points], probe)
+    numbers = _lines_before(block, frame, [offset for offset, _ in points])
     if numbers is None:
         return None
     found: list[int] = []
@@ -644,30 +641,23 @@ def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = ()
             needles.append(set())
         if (needle := _ID_NEEDLE[id_]) is not None:
             needles[-1].add(needle)
-    return found, marked, [frozenset(n) for n in needles], prefixed
+    return found, marked, [frozenset(n) for n in needles]
 
 
-#: Whether a block's first lines show a prefix (``lines.detect`` looks further only then).
-_PROBE = pl.col("text").head(SAMPLE_LINES).str.contains(ANY_PREFIX).any().alias("prefixed")
-
-
-def _lines_before(block: bytes, frame: pl.DataFrame, offsets: list[int], probe: bool = False
-                  ) -> tuple[list[int] | None, bool | None]:
-    """For each byte offset of ``block`` (ascending), the newlines before it, None when the
-    frame's lines, each ended by a newline, are not the block's bytes; with ``probe``, in the
-    same query, whether the first SAMPLE_LINES lines show a prefix (else None)."""
+def _lines_before(block: bytes, frame: pl.DataFrame, offsets: list[int]) -> list[int] | None:
+    """For each byte offset of ``block`` (ascending), the newlines before it; None when the
+    frame's lines, each ended by a newline, are not the block's bytes."""
     if b"\r" not in block:  # then the frame's lines are the bytes between newlines
-        if not offsets and not probe:
-            return [], None
+        if not offsets:
+            return []
         # One query (each costs a fixed ~0.1 ms): ends[i], the offset after line i's newline;
         # the lines ended before offset o are those with ends <= o.
         size = pl.col("text").str.len_bytes().cast(pl.Int64) + 1
         got = frame.select(size.sum().alias("size"), size.cum_sum().search_sorted(
-            pl.Series(offsets, dtype=pl.Int64), side="right").implode().alias("lines"),
-            *((_PROBE,) if probe else ())).row(0)
-        if got[0] != len(block) + (not block.endswith(b"\n")):
-            return None, None
-        return got[1], (got[2] if probe else None)
+            pl.Series(offsets, dtype=pl.Int64), side="right").alias("lines"))
+        if got["size"][0] != len(block) + (not block.endswith(b"\n")):
+            return None
+        return got["lines"].to_list()
     # CRLF: read_lines dropped a "\r" before newlines; count them in the bytes.
     numbers = []
     pos = line = 0
@@ -676,8 +666,8 @@ def _lines_before(block: bytes, frame: pl.DataFrame, offsets: list[int], probe: 
         pos = offset
         numbers.append(line)
     if line + block.count(b"\n", pos) + (not block.endswith(b"\n")) != frame.height:
-        return None, None
-    return numbers, None
+        return None
+    return numbers
 
 
 MARK = 1 << 62  # sorts after every match id at the same offset
@@ -697,20 +687,36 @@ def _tails(frame: pl.DataFrame, writers: WriterKey | None,
     """The last non-blank line of each writer name in ``frame``: (line 0-based in the block,
     text, name), in line order (``base``: the block's first ``line`` in ``frame``)."""
     if writers is None:  # one name: the block's last non-blank line
-        text = frame["text"]
-        for i in range(text.len() - 1, max(-1, text.len() - 1 - TAIL_LOOKBACK), -1):
-            if (value := text[i]) and value.strip(BLANK):
-                return [(i, value, "")]
-        if text.len() <= TAIL_LOOKBACK:
-            return []
-        return [(i - base, value, "") for i, value in
-                frame.filter(pl.col("text").str.contains(r"[^ \t\r]")).tail(1).iter_rows()]
+        return _last_unprefixed(frame, base) + _self_named(frame, base)
     if writers.width is not None:
         tails = _last_of_each(frame, writers.quick())
         if tails.height <= QUICK_TAILS:
             # Empty lines are dropped here: their name "" by first characters is no other line's.
             return [(i - base, text, key) for i, text, key in tails.rows() if text]
     return [(i - base, text, key) for i, text, key in _last_of_each(frame, writers.exact()).rows()]
+
+
+def _last_unprefixed(frame: pl.DataFrame, base: int) -> list[tuple[int, str, str]]:
+    text = frame["text"]
+    for i in range(text.len() - 1, max(-1, text.len() - 1 - TAIL_LOOKBACK), -1):
+        if (value := text[i]) and value.strip(BLANK):
+            return [(i, value, "")]
+    if text.len() <= TAIL_LOOKBACK:
+        return []
+    return [(i - base, value, "") for i, value in
+            frame.filter(pl.col("text").str.contains(r"[^ \t\r]")).tail(1).iter_rows()]
+
+
+#: How far back from a block's end the lines that open with their rank are looked for.
+SELF_LOOKBACK = 4096
+
+
+def _self_named(frame: pl.DataFrame, base: int) -> list[tuple[int, str, str]]:
+    """The last line of each rank among the block's final lines that open with their rank
+    (``SELF_RANK``): in a console no launcher prefixed, what each rank was doing last."""
+    key = pl.col("text").str.extract(SELF_RANK_SOURCE, 1)
+    tails = _last_of_each(frame.tail(SELF_LOOKBACK), key)
+    return [(i - base, text, f"rank {k}") for i, text, k in tails.rows() if text]
 
 
 def _last_of_each(frame: pl.DataFrame, key: pl.Expr) -> pl.DataFrame:
@@ -828,7 +834,7 @@ def _sift_batch(datas: list[bytes]) -> list[_Sifted]:
         cands, found = _rows(frame, hs[0]), dict(zip(hs[0], hs[2], strict=True))
     else:
         starts = list(itertools.accumulate((d.count(b"\n") for d in datas), initial=0))
-        cands, found, _ = _candidates(frame, block, False)
+        cands, found = _candidates(frame, block, False)
     if starts[-1] != frame.height:
         return [_sift(d, True) for d in datas]
     counts = [b - a for a, b in itertools.pairwise(starts)]
@@ -1145,6 +1151,11 @@ def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, 
     echo = state.code_line.pop(stream, None)
     if echo and echo[0] == line and len(body) - len(body.lstrip()) > echo[1]:
         return  # the program's source echoed by a traceback (`raise RuntimeError("...")`)
+    em = P.EXCEPTION_LINE.match(body)
+    spawned = state.spawn_index.get(stream) if em else None
+    if spawned is not None and info.rank is None:
+        # the failed mp.spawn child's exception line: every message on it is that child's
+        info = dataclasses.replace(info, rank=spawned, cue="mp.spawn process index")
     for pat in _patterns_for(found):
         if not any(n in body for n in pat.needles):  # a needle in a prefix only
             continue
@@ -1162,7 +1173,6 @@ def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, 
         elif info.rank is None and pat.kind in WRITER_RANK_FIELDS and "rank" in fields:
             info.rank, info.cue = fields["rank"], WRITER_RANK_FIELDS[pat.kind]
         events.append(_row(pat.kind, line, info, ctx, text, fields))
-    em = P.EXCEPTION_LINE.match(body)
     if em and not body.lstrip().startswith("Exception raised from"):
         tb = state.tracebacks.pop(stream, None)
         data: dict[str, Any] = {"type": em.group("type"), "msg": (em.group("msg") or "")[:1000]}
@@ -1173,7 +1183,7 @@ def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, 
                 data["frame"] = {"file": last["file"], "line": int(last["line"]),
                                  "func": last["func"].strip()}
         index = state.spawn_index.pop(stream, None)
-        if index is not None and info.rank is None:
+        if index is not None and info.rank in (None, index):
             info.rank, info.cue = index, "mp.spawn process index"
             data["spawn_index"] = index
         events.append(_row("exception", line, info, ctx, raw, data))
@@ -1292,9 +1302,18 @@ def _own_line(text: str, ctx: FileContext, state: _State) -> bool:
 
 # --- each writer's last line -------------------------------------------------------------------
 
+#: A program's own line that opens with the rank that wrote it ("rank 1: uploading ...",
+#: "rank=2 step=3 ...", "[Rank 0] saving"): in a console no launcher prefixed (mp.spawn, plain
+#: torchrun), the only thing that says whose last line it is.
+SELF_RANK_SOURCE = r"(?i)^\[?(?:global[_ ])?rank[ =:]?(\d+)\]?(?:[:,|]| (?:[^ih]|i[^s]|h[^a]))"
+SELF_RANK = re.compile(SELF_RANK_SOURCE)
+
+
 def _note_last(state: _State, line: int, text: str, info: LineInfo) -> None:
     if not info.body.strip(BLANK):
         return
+    if info.rank is None and (m := SELF_RANK.match(info.body)):
+        info = dataclasses.replace(info, rank=int(m.group(1)), cue=SELF_RANK_CUE)
     key = (info.stream, info.rank)
     seen = state.last.get(key)
     if seen is None or line >= seen[0]:

@@ -290,6 +290,14 @@ class Job:
             sizes += [int(x) for x in self.processes["world_size"].drop_nulls().to_list()]
         for row in self.of_kind("store_clients_timeout", history=True).iter_rows(named=True):
             sizes.append(json.loads(row["data"])["world"])
+        if self.of_kind("spawn_failed").height:
+            # torch.multiprocessing.spawn tears down every other child after one failed
+            # ("Terminating process N via signal SIGTERM"): they and the failed one are the job
+            closing = self.of_kind("closing_signal").filter(
+                pl.col("text").str.contains("Terminating process", literal=True))
+            stopped = {json.loads(d).get("pid") for d in closing["data"]} - {None}
+            if stopped:
+                sizes.append(len(stopped) + 1)
         return max(sizes) if sizes else None
 
 

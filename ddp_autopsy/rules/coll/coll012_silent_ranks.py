@@ -40,6 +40,8 @@ if the work is legitimately long.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -121,8 +123,19 @@ class SilentRanks(Rule):
             # usual reason one rank is elsewhere: when it is not among those that waited, it is
             # the first suspect (named as such, at a low confidence).
             summary = (f"{rank_phrase(waiting).capitalize()} timed out waiting in "
-                       f"{_collective(job, timeouts)}: some other rank never reached it, and the "
-                       "inputs hold nothing from the ranks it waited for")
+                       f"{_collective(job, timeouts)}: some other rank never reached it")
+            odd = _odd_last_line(events, silent, waiting)
+            if odd is not None:
+                rank, row = odd
+                summary += (f". Rank {rank}'s last line is unlike the other ranks' last lines "
+                            f"(`{excerpt(row['text'], 120)}`): it was doing something else "
+                            "when they stopped, so look at it first")
+                yield self.finding(
+                    summary + ".", evidence=[evidence_of(row), evidence_of(timeouts[0])],
+                    ranks=(rank,), confidence=0.35, ts=first_ts(timeouts),
+                    details={"waiting_ranks": sorted(waiting), "suspect": rank})
+                return
+            summary += ", and the inputs hold nothing from the ranks it waited for"
             suspect = 0 in silent
             if suspect:
                 summary += (". Rank 0 is not among the ranks that timed out: rank-0-only work "
@@ -205,6 +218,26 @@ class SilentRanks(Rule):
 
 #: The module whose functions are the torch.distributed collectives a traceback ends in.
 C10D_FILE = "torch/distributed/distributed_c10d.py"
+
+
+def _odd_last_line(events: pl.DataFrame, silent: set[int],
+                   waiting: set[int]) -> tuple[int, dict[str, Any]] | None:
+    """The one silent rank whose last line, numbers aside, is unlike every other rank's last
+    line, while those (two at least) are alike: the rank that was elsewhere."""
+    last = _last_lines(events, silent | waiting)
+    if len(last) < 3:
+        return None
+    shape = {r: re.sub(r"\d+", "#", _body(row["text"])) for r, row in last.items()}
+    counts = Counter(shape.values())
+    odd = [r for r, sh in shape.items() if counts[sh] == 1]
+    if len(odd) != 1 or odd[0] not in silent or len(counts) != 2:
+        return None
+    return odd[0], last[odd[0]]
+
+
+def _body(text: str) -> str:
+    """A line without its launcher / rank prefixes."""
+    return re.sub(r"^(?:\[[^\]]{1,40}\]:?\s?)+", "", text).strip()
 
 
 def barrier_named(job: Job) -> set[int]:
