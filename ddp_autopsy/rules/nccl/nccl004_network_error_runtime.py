@@ -235,7 +235,8 @@ def same_call_stall(job: Job) -> tuple[list[dict[str, Any]], set[int], str] | No
         return None
     frames = collective_frames(job)
     ranks = {r["rank"] for r in hang if r["rank"] is not None} | set(frames)
-    world = job.world_size or (max(ranks) + 1 if ranks else 0)
+    seen = job.events["rank"].drop_nulls() if job.events.height else []
+    world = job.world_size or (max([*ranks, *seen]) + 1 if ranks else 0)
     if world < 2 or ranks != set(range(world)) or job.rows("oom"):
         return None
     if any(not CONSEQUENCE.search(r["text"]) for r in job.rows("exception")):

@@ -3,7 +3,8 @@
 ## What it detects
 The store host waited for clients that never came ("Timed out after 601 seconds waiting for
 clients. 2/3 clients joined."), a store wait timed out on keys that other ranks should have set,
-a desync report said ranks "never joined any collectives", init_process_group's store-based
+a desync report said ranks "never joined any collectives", a store read waited for a rank's own
+key (Gloo's address of rank 3: "wait timeout after 10000ms, keys: /default_pg/0//cpu//0/3"), init_process_group's store-based
 barrier kept waiting with fewer workers than the world size ("Waiting in store based barrier ...
 key: store_based_barrier_key:1 (world_size=8, worker_count=7 ..."), or launcher messages show
 fewer distinct ranks than the world size (e.g. two nodes both starting as ranks 0 and 1 of 4).
@@ -28,6 +29,7 @@ WORLD_SIZE, and `--ntasks-per-node` against the GPUs per node under SLURM.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,12 +89,20 @@ class MissingRanks(Rule):
         # (a read that lost its connection says the store's host went away: CRASH001's)
         waits = [r for r in job.rows("store_wait_timeout") if r not in busy
                  and not LOST_STORE.search(r["data"].get("err") or "")]
-        if not evidence_rows and not (waits and named):
+        # A store read of a rank's own key ("keys: /default_pg/0//cpu//0/3": the address Gloo's
+        # connectFullMesh waits for, per peer rank) names the rank that never published it; a
+        # rank beyond every one seen is a world size that differs (ENV002's).
+        awaited = {int(m.group(1)) for r in waits
+                   if (m := RANK_KEY.search(str(r["data"].get("keys") or "")))}
+        waiting = {r["rank"] for r in waits if r["rank"] is not None}
+        if awaited and not named and max(awaited) <= max(present | waiting | {-1}) \
+                and not awaited & waiting:
+            named |= awaited
+        if not evidence_rows:
             if not waits:
                 return
-            evidence_rows = waits
-        if not evidence_rows:
-            return
+            evidence_rows = [r for r in waits if RANK_KEY.search(str(r["data"].get("keys") or ""))
+                             ] or waits
         if clients:
             d = clients[0]["data"]
             how = f"only {d['joined']}/{d['world']} clients joined the store"
@@ -100,6 +110,10 @@ class MissingRanks(Rule):
             d = barrier[-1]["data"]
             how = (f"only {d['joined']} of {d['world']} ranks reached init_process_group's "
                    "store barrier")
+        elif awaited and named == awaited:
+            key = next(str(r["data"]["keys"]) for r in waits
+                       if RANK_KEY.search(str(r["data"].get("keys") or "")))
+            how = f"the others' store reads waited for its own key ({key}) until they timed out"
         else:
             how = "they never arrived"
         who = rank_phrase(named) if named else "some ranks"
@@ -111,6 +125,10 @@ class MissingRanks(Rule):
             ts=first_ts(evidence_rows),
             details={"world_size": world, "present": sorted(present)},
         )
+
+
+#: The trailing rank of a per-rank store key ("/default_pg/0//cpu//0/3", "/pg/1//cuda//0/7").
+RANK_KEY = re.compile(r"/\d+//(?:cpu|cuda|\w+)//\d+/(\d+)\.?$")
 
 
 def barrier_key(row: dict[str, Any]) -> int | None:
