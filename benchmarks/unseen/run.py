@@ -131,6 +131,9 @@ def run_one(spec: runner.ScenarioSpec, mode: str, out: Path) -> dict[str, Any]:
     cell["got"] = got
     if "error" in got:
         cell.update(cause="error", culprit="error")
+    elif mode == "logs" and spec.expect.get("cause") and run.returncodes == [0]:
+        # A racy fault (a stale init file read or not) that did not strike this time.
+        cell.update(cause="no fault", culprit="no fault")
     else:
         cell["cause"], cell["culprit"] = judge(spec.expect, got)
     return cell
@@ -190,7 +193,8 @@ def write_doc(results: dict[str, dict[str, Any]], specs: dict[str, runner.Scenar
         "when the verdict names exactly the culprit ranks. **runs**: how many times the cell was",
         "run; the judgement (cause/culprit, verdict, commit of the checkout) of each run when they",
         "differ: the analysis changes between runs, so a flip is usually a rule change, not",
-        "chance. The cells show the last run.",
+        "chance. The cells show the last run. `no fault`: the job exited 0 although a fault",
+        "was injected (a racy fault that did not strike that run); not judged.",
         "",
         "## Score",
         "",
