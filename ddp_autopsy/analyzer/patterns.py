@@ -259,12 +259,13 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "store_wait_timeout",
         ("wait timeout after", "Socket Timeout", "waitForInput: socket",
-         "retrieving ncclUniqueId from"),
+         "retrieving ncclUniqueId from", "retreiving ncclUniqueId from"),
         # 2.0+: a rank waiting for the NCCL id rank 0 publishes when it creates the communicator:
         # "[3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d
         # key-value store by key '0', but store->get('0') got error: wait timeout after 600000ms"
         # (or Socket Timeout, Connection reset by peer: rank 0 or its store went away).
-        r"(?:\[(?P<rank>\d+)\] is setting up NCCL communicator and retrieving ncclUniqueId from "
+        # (torch 1.11-1.13 spelled it "retreiving", and pastes cut the "[N] is " before it)
+        r"(?:(?:\[(?P<rank>\d+)\] is )?setting up NCCL communicator and retr(?:ie|ei)ving ncclUniqueId from "
         r"\[(?P<root>\d+)\] via c10d key-value store(?: by key '(?P<keys2>[^']*)')?"
         r"(?:, but store->get\('[^']*'\) got error: (?P<err>.+?)(?:\. This may indicate|$))?"
         r"|wait timeout after (?P<ms>\d+)ms(?:, keys: (?P<keys>.+?)\.?$)?"
@@ -858,8 +859,12 @@ PATTERNS: tuple[Pattern, ...] = (
     # others "Detected at least one rank that exhausted inputs. Throwing across all ranks."
     _p(
         "inputs_exhausted",
-        ("exhausted all inputs", "rank that exhausted inputs", "Detected uneven workload"),
+        ("exhausted all inputs", "rank that exhausted inputs", "Detected uneven workload",
+         "completed its entire epoch"),
         r"Rank (?P<exhausted>\d+) exhausted all inputs"
+        # AllenNLP's trainer when a worker's data ran out first (gradient_descent_trainer.py):
+        # "Worker 0 completed its entire epoch (training)." (the others' next all_reduce waits)
+        r"|Worker (?P<exhausted2>\d+) completed its entire epoch"
         r"|(?P<other>Detected at least one rank that exhausted inputs)"
         # a training loop's own join check (CosyVoice's executor: a monitored barrier per step
         # whose timeout means a rank ran out of data): "Detected uneven workload distribution: ..."

@@ -16,7 +16,8 @@ With DDP's Join context and `throw_on_early_termination=True`, the logs say it t
 exhausted all inputs." on the rank out of data, "Detected at least one rank that exhausted
 inputs. Throwing across all ranks." on the others. So do training loops with a join check of
 their own (CosyVoice's: "Detected uneven workload distribution: ...", after a monitored barrier
-that names the rank that did not come back).
+that names the rank that did not come back), and trainers that announce the worker whose epoch
+ended first (AllenNLP: "Worker 0 completed its entire epoch (training).").
 
 ## Evidence
 py-spy dumps: the ranks in backward, and where the odd ranks are instead (or that they exited);
@@ -84,7 +85,8 @@ class UnevenInputs(Rule):
             yield from self._in_backward(job)
 
     def _join_exhausted(self, job: Job) -> Iterator[Finding]:
-        """DDP's Join context said so itself (throw_on_early_termination=True)."""
+        """DDP's Join context said so itself (throw_on_early_termination=True), or a trainer
+        that announces the worker whose epoch ended first (AllenNLP)."""
         rows = job.rows("inputs_exhausted")
         if not rows:
             return
@@ -100,9 +102,12 @@ class UnevenInputs(Rule):
                 details={"exhausted": out})
             return
         who = rank_phrase(out).capitalize() if out else "At least one rank"
+        said = ("its trainer said it finished its epoch first" if any(
+            "completed its entire epoch" in r["text"] for r in rows)
+            else "DDP's Join context stopped every rank")
         yield self.from_rows(
-            rows, f"{who} ran out of inputs before the others (DDP's Join context stopped every "
-            "rank): the ranks have different numbers of batches (uneven inputs).", shown=2,
+            rows, f"{who} ran out of inputs before the others ({said}): the ranks have different "
+            "numbers of batches (uneven inputs).", shown=2,
             ranks=out, confidence=0.9, details={"exhausted": out})
 
     def _in_backward(self, job: Job) -> Iterator[Finding]:
