@@ -265,8 +265,9 @@ PATTERNS: tuple[Pattern, ...] = (
         # key-value store by key '0', but store->get('0') got error: wait timeout after 600000ms"
         # (or Socket Timeout, Connection reset by peer: rank 0 or its store went away).
         # (torch 1.11-1.13 spelled it "retreiving", and pastes cut the "[N] is " before it)
-        r"(?:(?:\[(?P<rank>\d+)\] is )?setting up NCCL communicator and retr(?:ie|ei)ving ncclUniqueId from "
-        r"\[(?P<root>\d+)\] via c10d key-value store(?: by key '(?P<keys2>[^']*)')?"
+        r"(?:(?:\[(?P<rank>\d+)\] is )?setting up NCCL communicator and "
+        r"retr(?:ie|ei)ving ncclUniqueId from \[(?P<root>\d+)\] via c10d key-value store"
+        r"(?: by key '(?P<keys2>[^']*)')?"
         r"(?:, but store->get\('[^']*'\) got error: (?P<err>.+?)(?:\. This may indicate|$))?"
         r"|wait timeout after (?P<ms>\d+)ms(?:, keys: (?P<keys>.+?)\.?$)?"
         r"|DistStoreError: Socket Timeout"
