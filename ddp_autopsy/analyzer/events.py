@@ -714,9 +714,12 @@ SELF_LOOKBACK = 4096
 def _self_named(frame: pl.DataFrame, base: int) -> list[tuple[int, str, str]]:
     """The last line of each rank among the block's final lines that open with their rank
     (``SELF_RANK``): in a console no launcher prefixed, what each rank was doing last."""
-    key = pl.col("text").str.extract(SELF_RANK_SOURCE, 1)
-    tails = _last_of_each(frame.tail(SELF_LOOKBACK), key)
-    return [(i - base, text, f"rank {k}") for i, text, k in tails.rows() if text]
+    # One eager query, the last of each in Python: a lazy query's fixed cost was 0.3 ms a file.
+    hits = frame.tail(SELF_LOOKBACK).select("line", "text", _SELF_KEY).filter(
+        pl.col("key").is_not_null())
+    last = {k: (i, text) for i, text, k in hits.rows()}
+    return [(i - base, text, f"rank {k}") for k, (i, text) in
+            sorted(last.items(), key=lambda kv: kv[1][0]) if text]
 
 
 def _last_of_each(frame: pl.DataFrame, key: pl.Expr) -> pl.DataFrame:
@@ -1307,6 +1310,7 @@ def _own_line(text: str, ctx: FileContext, state: _State) -> bool:
 #: torchrun), the only thing that says whose last line it is.
 SELF_RANK_SOURCE = r"(?i)^\[?(?:global[_ ])?rank[ =:]?(\d+)\]?(?:[:,|]| (?:[^ih]|i[^s]|h[^a]))"
 SELF_RANK = re.compile(SELF_RANK_SOURCE)
+_SELF_KEY = pl.col("text").str.extract(SELF_RANK_SOURCE, 1).alias("key")
 
 
 def _note_last(state: _State, line: int, text: str, info: LineInfo) -> None:
