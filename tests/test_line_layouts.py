@@ -408,6 +408,17 @@ def test_a_rich_box_cut_before_its_exception_is_still_a_failure(tmp_path: Path) 
     assert verdict is not None and verdict.rule == "CRASH004"
 
 
+def test_a_traceback_cut_right_after_its_header_glued_to_a_bar() -> None:
+    """s14-027: the paste stops at the header, glued to the tokenizer's bar."""
+    bar = "Running tokenizer on dataset:  38%|███▊      | 32068/85249 [32:13<53:59, 16.42ba/s]"
+    (frag,) = kinds(scan(f"{bar}\n{bar}Traceback (most recent call last):\n"),
+                    "traceback_fragment")
+    assert (frag["line"], data(frag)["frame"]) == (2, None)
+    # a complete traceback is no fragment
+    whole = "Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\nValueError: x\n"
+    assert not kinds(scan(whole), "traceback_fragment")
+
+
 def test_a_rich_table_is_no_traceback() -> None:
     """Lightning's model summary: a rich table's rows are box lines, not a traceback."""
     console = Console(file=io.StringIO(), width=80)

@@ -714,9 +714,12 @@ SELF_LOOKBACK = 4096
 def _self_named(frame: pl.DataFrame, base: int) -> list[tuple[int, str, str]]:
     """The last line of each rank among the block's final lines that open with their rank
     (``SELF_RANK``): in a console no launcher prefixed, what each rank was doing last."""
-    # One eager query, the last of each in Python: a lazy query's fixed cost was 0.3 ms a file.
-    hits = frame.tail(SELF_LOOKBACK).select("line", "text", _SELF_KEY).filter(
-        pl.col("key").is_not_null())
+    # Eager queries, the last of each in Python: a lazy query's fixed cost was 0.3 ms a file;
+    # the regex only on lines whose first two characters can start it (0.45 -> 0.32 ms).
+    tail = frame.tail(SELF_LOOKBACK).filter(_SELF_START)
+    if not tail.height:
+        return []
+    hits = tail.select("line", "text", _SELF_KEY).filter(pl.col("key").is_not_null())
     last = {k: (i, text) for i, text, k in hits.rows()}
     return [(i - base, text, f"rank {k}") for k, (i, text) in
             sorted(last.items(), key=lambda kv: kv[1][0]) if text]
@@ -1169,7 +1172,7 @@ def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, 
         if fields is None:
             continue
         if pat.kind == "traceback":
-            state.tracebacks[stream] = {"line": line, "frames": []}
+            state.tracebacks[stream] = {"line": line, "frames": [], "head": (line, raw, info)}
         elif pat.kind == "spawn_failed" and "index" in fields:
             # mp.spawn prints the failed child's traceback right after this header.
             state.spawn_index[stream] = int(fields["index"])
@@ -1229,12 +1232,18 @@ def _flush_tracebacks(state: _State, ctx: FileContext, events: list[dict[str, An
     a "Traceback" line (a printed stack), nor one an exception line follows under other prefixes."""
     after = max((e["line"] for e in events if e["kind"] == "exception"), default=0)
     for tb in state.tracebacks.values():
-        if "at" in tb and not tb.get("headless") and tb["line"] > after:
+        if tb.get("headless") or tb["line"] <= after:
+            continue
+        if "at" in tb:
             line, raw, info = tb["at"]
             last = tb["frames"][-1]
             frame = {"file": last["file"], "line": int(last["line"]), "func": last["func"].strip()}
             events.append(_row("traceback_fragment", line, info, ctx, raw,
                                {"traceback_line": tb["line"], "frame": frame}))
+        elif "head" in tb:  # cut right after its header (a paste that stops there)
+            line, raw, info = tb["head"]
+            events.append(_row("traceback_fragment", line, info, ctx, raw,
+                               {"traceback_line": tb["line"], "frame": None}))
     state.tracebacks.clear()
 
 
@@ -1311,6 +1320,9 @@ def _own_line(text: str, ctx: FileContext, state: _State) -> bool:
 SELF_RANK_SOURCE = r"(?i)^\[?(?:global[_ ])?rank[ =:]?(\d+)\]?(?:[:,|]| (?:[^ih]|i[^s]|h[^a]))"
 SELF_RANK = re.compile(SELF_RANK_SOURCE)
 _SELF_KEY = pl.col("text").str.extract(SELF_RANK_SOURCE, 1).alias("key")
+#: Every line SELF_RANK matches starts so ("[rank", "[global", "global", "rank", any case).
+_SELF_START = pl.col("text").str.slice(0, 2).is_in(
+    ["[r", "[R", "[g", "[G", "gl", "gL", "Gl", "GL", "ra", "rA", "Ra", "RA"])
 
 
 def _note_last(state: _State, line: int, text: str, info: LineInfo) -> None:
