@@ -1188,6 +1188,7 @@ def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, 
                 last = tb["frames"][-1]
                 data["frame"] = {"file": last["file"], "line": int(last["line"]),
                                  "func": last["func"].strip()}
+                data["callers"] = [f["func"].strip() for f in tb["frames"][:-1]]
         index = state.spawn_index.pop(stream, None)
         if index is not None and info.rank in (None, index):
             info.rank, info.cue = index, "mp.spawn process index"
@@ -1239,7 +1240,8 @@ def _flush_tracebacks(state: _State, ctx: FileContext, events: list[dict[str, An
             last = tb["frames"][-1]
             frame = {"file": last["file"], "line": int(last["line"]), "func": last["func"].strip()}
             events.append(_row("traceback_fragment", line, info, ctx, raw,
-                               {"traceback_line": tb["line"], "frame": frame}))
+                               {"traceback_line": tb["line"], "frame": frame,
+                                "callers": [f["func"].strip() for f in tb["frames"][:-1]]}))
         elif "head" in tb:  # cut right after its header (a paste that stops there)
             line, raw, info = tb["head"]
             events.append(_row("traceback_fragment", line, info, ctx, raw,

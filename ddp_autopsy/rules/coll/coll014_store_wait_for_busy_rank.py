@@ -10,7 +10,10 @@ was still working:
 - a bare store timeout ("wait timeout after ...ms", c10d's "waitForInput: socket ... timed out
   after ...ms") while a progress bar that is not the waiting ranks' own was still running
   ("Tokenizing Prompts:  92%|...| 328986/359152 [29:58<12:05, ...]"): that process was working
-  when the others gave up.
+  when the others gave up;
+- a rank's timeout (or its traceback, cut) in the barrier of a block rank 0 runs first
+  (transformers' / accelerate's `main_process_first`, YOLO's `torch_distributed_zero_first`): it
+  waited for rank 0, which had not finished the block's work.
 
 ## Why it hangs or kills the job
 The first collective (often the `barrier()` of `main_process_first`, or the first DDP broadcast)
@@ -43,6 +46,7 @@ from typing import Any
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.lines import is_progress
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, excerpt, first_ts, rank_phrase
+from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
 _LOST = re.compile(r"reset|closed|refused|broken pipe|EOF", re.IGNORECASE)
 
@@ -89,6 +93,7 @@ class StoreWaitForBusyRank(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         waits, busy, bar = busy_waits(job)
         if not waits:
+            yield from self._rank_zero_first(job)
             return
         waiting = {w for w in map(waiting_rank, waits) if w is not None}
         # A bar without a rank prefix, beside waiting ranks that have one: another process.
@@ -111,3 +116,32 @@ class StoreWaitForBusyRank(Rule):
             confidence=0.45 if inferred else 0.7, ts=first_ts(waits),
             details={"waiting_ranks": sorted(waiting), "waited_for": suspect,
                      "inferred": inferred, "progress": bar["text"] if bar else None})
+
+    def _rank_zero_first(self, job: Job) -> Iterator[Finding]:
+        """A rank's timeout (or its traceback, cut) in the barrier of a "rank 0 goes first"
+        block (transformers' and accelerate's `main_process_first`, YOLO's
+        `torch_distributed_zero_first`): it waited for rank 0 to finish the block's work alone
+        (tokenizing, downloading, caching a dataset), and rank 0 had not, within the timeout."""
+        rows = [r for r in job.rows("exception", "traceback_fragment")
+                if ZERO_FIRST & {*(r["data"].get("callers") or []),
+                                 (r["data"].get("frame") or {}).get("func")}
+                and (r["kind"] == "traceback_fragment" or CONSEQUENCE.search(r["text"]))]
+        waiting = {r["rank"] for r in rows if r["rank"] is not None}
+        if not rows or 0 in waiting or 0 in job.crashes.ranks:
+            return
+        funcs = sorted(ZERO_FIRST & {f for r in rows for f in r["data"].get("callers") or []})
+        who = rank_phrase(waiting, empty="a rank")
+        yield self.finding(
+            f"{who[0].upper()}{who[1:]} gave up in the barrier of a block rank 0 runs first "
+            f"({', '.join(funcs) or 'main_process_first'}): rank 0's work in it (tokenizing, "
+            "downloading, caching a dataset) took longer than the process group's timeout.",
+            evidence=[evidence_of(r) for r in rows[:2]], ranks=(0,), confidence=0.5,
+            ts=first_ts(rows), details={"waiting_ranks": sorted(waiting), "waited_for": 0,
+                                        "inferred": True, "blocks": funcs})
+
+
+#: Context managers that let rank 0 (or each node's local rank 0) run a block before the others,
+#: which wait in a barrier meanwhile.
+ZERO_FIRST = frozenset({"main_process_first", "local_main_process_first",
+                        "torch_distributed_zero_first", "distributed_zero_first",
+                        "rank_zero_first", "zero_rank_first", "main_process_first_ctx"})
