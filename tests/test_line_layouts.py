@@ -141,6 +141,13 @@ def test_ray_prefixes_name_a_worker_not_a_rank() -> None:
         3, 2372, "10.0.1.5", "w=2372@10.0.1.5", OOM)
 
 
+def test_a_time_of_day_before_ray_and_rank_prefixes() -> None:
+    # s14-021: a log viewer's time of day, then the Ray actor, then torch's rank prefix
+    info = parse_line(f"11:31:42.990 (WorkerDict pid=10872) [rank5]:{WATCHDOG}", 2025)
+    assert (info.rank, info.pid) == (5, 10872) and info.body.startswith("[Rank 15] Watchdog")
+    assert parse_line("11:31:42 loss=2.1", 2025).body == "11:31:42 loss=2.1"  # not before a prefix
+
+
 def test_vllm_worker_prefix_and_level_first_logger() -> None:
     """vLLM's multiprocessing workers: "(VllmWorker rank=1 pid=4888) INFO 07-08 10:09:09
     [utils.py:1126] msg"; its engine core logs "ERROR 07-08 10:09:09 [core.py:583] msg"."""

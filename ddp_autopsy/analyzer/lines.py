@@ -143,6 +143,9 @@ RAY = re.compile(
     r"^\((?:(?P<actor>[A-Za-z_][\w.:-]*) )?(?:rank=(?P<rank>\d+) )?pid=(?P<pid>\d+)"
     r"(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ?"
 )
+# A log viewer's time of day before the process's own prefixes: "11:31:42.990 (WorkerDict
+# pid=10872) [rank5]:..." (no date: stripped, not used as a stamp)
+TIME_OF_DAY = re.compile(r"^\d\d:\d\d:\d\d(?:[.,]\d{1,9})? (?=[(\[])")
 # vLLM / SGLang's logger: "ERROR 07-08 10:09:09 [core.py:583] msg" (level, month-day, time, source)
 LEVEL_FIRST = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mm>\d\d)-(?P<dd>\d\d) "
@@ -556,6 +559,10 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
             info.level = info.level or LEVELS.get(m.group("level"))
             _stamp(info, timestamps.glog(str(int(m.group("mm")) * 100 + int(m.group("dd"))),
                                          m.group("hms"), m.group("frac"), ref))
+            body = body[m.end() :]
+            continue
+        m = TIME_OF_DAY.match(body)
+        if m:
             body = body[m.end() :]
             continue
         m = RAY.match(body)
