@@ -13,12 +13,16 @@ launcher sent, in the same log or on the same host) is the teardown, not a crash
 
 An exception did not end its process when it was raised in a thread of its own (Python's
 "Exception in thread NAME:" just above the traceback), or when it was logged in a bundle whose
-stack dump then found that rank's process alive (a caught, logged exception): neither is a crash.
+stack dump then found that rank's process alive, or followed in the same file by that rank's own
+logger reporting progress (a stamped INFO line with a step, an epoch, a loss: a caught, logged
+exception): none is a crash. Printed lines do not count: stdout is buffered, and a crashing
+rank's last prints are flushed after its traceback.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -70,9 +74,14 @@ def _closed(events: pl.DataFrame) -> tuple[set[tuple[str, int]], set[tuple[str, 
     return by_source, by_host
 
 
-def survivor_test(job: Job) -> Callable[[str, int | None, dict], bool]:
-    """``survived(source, rank, data)`` for an exception event: true when it did not end its
-    process (see the module docstring)."""
+#: A line that reports training or evaluation going on.
+WORK_GOES_ON = re.compile(r"(?i)\b(?:step|epoch|iter(?:ation)?|batch|loss)\b[ =:]*\d")
+FAILURE_WORDS = re.compile(r"(?i)error|exception|traceback|fail|abort|timed? ?out|killed")
+
+
+def survivor_test(job: Job) -> Callable[..., bool]:
+    """``survived(source, rank, data, line=None)`` for an exception event: true when it did not
+    end its process (see the module docstring)."""
     headers = {(r["source"], r["line"]) for r in job.rows("thread_exception")}
     alive: dict[str, set[int]] = {}
     procs = job.processes
@@ -81,10 +90,19 @@ def survivor_test(job: Job) -> Callable[[str, int | None, dict], bool]:
                                 & pl.col("rank").is_not_null()).iter_rows(named=True):
             alive.setdefault(str(row["bundle"]), set()).add(row["rank"])
 
-    def survived(source: str, rank: int | None, data: dict) -> bool:
+    # each rank's last line per file when a logger's INFO line reports work going on (a step,
+    # an epoch, a loss). A logger writes to stderr like the traceback, so its order is true;
+    # print()ed stdout is buffered and may land after a crash's traceback.
+    went_on = {(r["source"], r["rank"]): r["line"] for r in job.rows("last_line")
+               if r["rank"] is not None and r["level"] == "I" and r["ts"] is not None
+               and WORK_GOES_ON.search(r["text"]) and not FAILURE_WORDS.search(r["text"])}
+
+    def survived(source: str, rank: int | None, data: dict, line: int | None = None) -> bool:
         tb = data.get("traceback_line")
         if isinstance(tb, int) and (source, tb - 1) in headers:
             return True
+        if line is not None and went_on.get((source, rank), -1) > line:
+            return True  # a caught, logged exception: the rank's work went on after it
         return rank is not None and any(
             str(source).startswith(f"{bundle}/") and rank in ranks
             for bundle, ranks in alive.items())
@@ -103,7 +121,8 @@ def build(job: Job) -> Crashes:
     pids: set[int] = set()
     survived = survivor_test(job)
     for row in rows.iter_rows(named=True):
-        if row["kind"] == "exception" and survived(row["source"], row["rank"], _data(row)):
+        if row["kind"] == "exception" and survived(row["source"], row["rank"], _data(row),
+                                                   row["line"]):
             keep.append(False)
             continue
         d = _data(row) if row["kind"] in ("elastic_failure", "worker_failed") else {}

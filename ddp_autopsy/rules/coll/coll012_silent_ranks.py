@@ -254,7 +254,7 @@ def _own_crashes(job: Job) -> set[int]:
     reported: set[int] = set()
     survived = crashes.survivor_test(job)
     for row in job.rows("exception"):
-        if row["rank"] is None or survived(row["source"], row["rank"], row["data"]):
+        if row["rank"] is None or survived(row["source"], row["rank"], row["data"], row["line"]):
             continue
         if CONSEQUENCE.search(row["text"]):
             reported.add(row["rank"])

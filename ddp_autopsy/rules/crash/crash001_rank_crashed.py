@@ -117,7 +117,7 @@ class RankCrashed(Rule):
         exceptions = [r for r in all_exceptions
                       if not r["consequence"] and not launcher_side(r["data"].get("frame"))
                       and not NCCL_ERROR.search(r["text"])
-                      and not survived(r["source"], r["rank"], r["data"])]
+                      and not survived(r["source"], r["rank"], r["data"], r["line"])]
         failures = job.rows("elastic_failure")
         spawns = job.rows("spawn_failed")
         # Exceptions attributed to a rank, earliest first where clocks say so.

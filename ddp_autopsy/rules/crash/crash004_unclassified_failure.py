@@ -33,6 +33,7 @@ from collections.abc import Iterator
 
 import polars as pl
 
+from ddp_autopsy.analyzer import crashes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.rules.base import Finding, Rule, earliest_first, excerpt, rank_phrase
@@ -65,6 +66,14 @@ class UnclassifiedFailure(Rule):
             & ~pl.col("level").fill_null("").is_in(["W", "I", "WARNING", "INFO"]))
         if failing.height == 0:
             return
+        survived = crashes.survivor_test(job)
+        kept = [(r["source"], r["line"]) for r in job.rows("exception")
+                if survived(r["source"], r["rank"], r["data"], r["line"])]
+        if kept:  # exceptions that did not end their process are no failure to explain
+            failing = failing.join(pl.DataFrame(kept, schema=["source", "line"], orient="row"),
+                                   on=["source", "line"], how="anti")
+            if failing.height == 0:
+                return
         own = failing.filter(
             ~pl.col("kind").is_in(WAITING)
             & ~pl.col("text").str.contains(f"(?i){CONSEQUENCE.pattern}"))
