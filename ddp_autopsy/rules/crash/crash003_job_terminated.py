@@ -6,6 +6,8 @@ death signal, shutting down workers" (or `Signals.SIGHUP`) and the `closing sign
 `SIGINT` it forwards to its workers, `SignalException: Process N got signal: 15`, Lightning's
 "Received SIGTERM: 15", submitit's "this job is preempted", and slurmstepd's `*** JOB … CANCELLED
 AT … DUE TO TIME LIMIT ***` (or PREEMPTION, JOB REQUEUE, NODE FAILURE, or a plain scancel).
+With none of these, Python's `KeyboardInterrupt` (Ctrl-C) is reported at low confidence: it is
+often pressed on a job that already hung, whose cause any other rule comes first with.
 
 ## Why it hangs or kills the job
 Nothing in the training failed: the terminal or SSH session that started the job closed (SIGHUP),
@@ -90,6 +92,7 @@ class JobTerminated(Rule):
                  if str(r["data"].get("type", "")).endswith("SignalException")]
         stops = [(r, w) for r in rows if (w := _what(r)) is not None]
         if not stops:
+            yield from self._interrupted(job)
             return
         whats = [w for _, w in stops]
         cancelled = next((w for w in whats if w.startswith("CANCELLED")), None)
@@ -106,3 +109,17 @@ class JobTerminated(Rule):
             evidence_rows, f"The job was stopped from outside, not by a failing rank: {why}.",
             shown=2, ranks=(), confidence=0.75,
             details={"signals": sorted(set(whats))})
+
+    def _interrupted(self, job: Job) -> Iterator[Finding]:
+        """Python's KeyboardInterrupt and nothing else: SIGINT reached the job (Ctrl-C in its
+        terminal). Often pressed on a job that already hung, to see where it was: a suspicion
+        that any rule reading a failure comes before."""
+        rows = [r for r in job.rows("exception")
+                if str(r["data"].get("type", "")).rsplit(".", 1)[-1] == "KeyboardInterrupt"]
+        if not rows:
+            return
+        yield self.from_rows(
+            rows, "The job was interrupted with Ctrl-C (SIGINT: Python's KeyboardInterrupt), "
+            "not by a failing rank; if it was pressed on a job that had stopped making progress, "
+            "the stacks in the KeyboardInterrupt tracebacks show where each process waited.",
+            shown=2, ranks=(), confidence=0.3, details={"signals": ["SIGINT"]})
