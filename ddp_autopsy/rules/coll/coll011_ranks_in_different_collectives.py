@@ -68,7 +68,17 @@ from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.stackview import is_backward_wait, wait_label
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, first_ts, rank_phrase
 from ddp_autopsy.rules.coll.coll012_silent_ranks import collective_frames
+from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
+#: torch.distributed's collective and point-to-point calls (the frames a blocked rank waits in).
+COLLECTIVE_CALLS = frozenset({
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
+    "all_to_all_single", "reduce", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
+    "broadcast_object_list", "barrier", "monitored_barrier", "gather", "gather_object",
+    "scatter", "scatter_object_list", "send", "recv", "isend", "irecv", "batch_isend_irecv",
+    "send_object_list", "recv_object_list", "_all_gather_base", "_reduce_scatter_base",
+    "all_reduce_coalesced", "all_gather_coalesced", "_distributed_broadcast_coalesced",
+    "_sync_module_states", "_sync_params_and_buffers"})
 #: torch.distributed's point-to-point calls: a pipeline's stages send and receive by design.
 P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list",
                  "recv_object_list"})
@@ -88,7 +98,12 @@ class RanksInDifferentCollectives(Rule):
             yield from self._tracebacks(job)
 
     def _tracebacks(self, job: Job) -> Iterator[Finding]:
-        where = collective_frames(job)
+        # Only ranks whose last traceback is a wait that ended (a timeout, a lost peer) in a
+        # collective call: one that raised its own error there crashed (CRASH001's), and a
+        # helper (init_process_group, _get_default_group) is no collective to pair with.
+        where = {rank: row for rank, row in collective_frames(job).items()
+                 if row["data"]["frame"]["func"] in COLLECTIVE_CALLS
+                 and CONSEQUENCE.search(row["text"])}
         calls: dict[str, list[int]] = defaultdict(list)
         for rank, row in sorted(where.items()):
             calls[row["data"]["frame"]["func"]].append(rank)

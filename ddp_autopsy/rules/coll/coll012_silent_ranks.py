@@ -218,6 +218,11 @@ class SilentRanks(Rule):
 
 #: The module whose functions are the torch.distributed collectives a traceback ends in.
 C10D_FILE = "torch/distributed/distributed_c10d.py"
+#: DDP's own collective calls outside it: its buffer and state broadcasts
+#: (``_distributed_broadcast_coalesced``, in every forward with ``broadcast_buffers=True``).
+DDP_COLLECTIVES = {("torch/nn/parallel/distributed.py", "_distributed_broadcast_coalesced"),
+                   ("torch/distributed/utils.py", "_sync_module_states"),
+                   ("torch/distributed/utils.py", "_sync_params_and_buffers")}
 
 
 def _odd_last_line(events: pl.DataFrame, silent: set[int],
@@ -273,7 +278,9 @@ def collective_frames(job: Job) -> dict[int, dict[str, Any]]:
     out: dict[int, dict[str, Any]] = {}
     for row in job.rows("exception"):
         frame = row["data"].get("frame") or {}
-        if row["rank"] is None or not str(frame.get("file", "")).endswith(C10D_FILE) \
+        file = str(frame.get("file", ""))
+        ddp = any(file.endswith(f) and frame.get("func") == fn for f, fn in DDP_COLLECTIVES)
+        if row["rank"] is None or not (file.endswith(C10D_FILE) or ddp) \
                 or not frame.get("func"):
             continue
         prev = out.get(row["rank"])
