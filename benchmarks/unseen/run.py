@@ -208,6 +208,13 @@ def write_doc(results: dict[str, dict[str, Any]], specs: dict[str, runner.Scenar
         lines.append(
             f"- `{mode}`: cause {ok_cause}/{len(cs)}, culprit {ok_culprit}/{named}"
         )
+    regressed = [c for c in cells if c.get("history") and c["cause"] in ("right", "WRONG")
+                 and "WRONG" in (c["cause"], c["culprit"])
+                 and c["history"][-1].startswith(("right/right", "right/n/a"))]
+    if regressed:
+        lines += ["", "## Right in the previous run, wrong in the last", ""]
+        lines += [f"- {c['job']} ({c['mode']}): {_one_line(c['history'][-1])} -> "
+                  f"{_one_line(_judgement(c))}" for c in regressed]
     lines += [
         "",
         "## Cells",

@@ -34,6 +34,7 @@ def worker(rank: int, path: str, phase: str) -> None:
     dist.all_reduce(t)
     print(f"[{phase}] rank {rank} sum {t.sum().item()}", flush=True)
     if phase == "first run":
+        open(f"{path}.up{rank}", "w").close()
         time.sleep(3600)  # the first run is killed here, as by a scheduler: the file stays
     dist.destroy_process_group()
 
@@ -48,7 +49,10 @@ def main() -> None:
     path = os.path.abspath("dist_init")
     ctx = mp.start_processes(worker, args=(path, "first run"), nprocs=WORLD_SIZE, join=False,
                              start_method="spawn")
-    time.sleep(8)  # both ranks have rendezvoused
+    deadline = time.monotonic() + 60  # kill it once both ranks have rendezvoused and reduced
+    while time.monotonic() < deadline and not all(os.path.exists(f"{path}.up{r}")
+                                                  for r in range(WORLD_SIZE)):
+        time.sleep(0.2)
     for p in ctx.processes:
         os.kill(p.pid, signal.SIGKILL)
     for p in ctx.processes:
