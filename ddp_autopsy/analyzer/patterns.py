@@ -731,7 +731,7 @@ PATTERNS: tuple[Pattern, ...] = (
          "CUDA error: out of memory", "DefaultCPUAllocator: ",
          "killed due to memory pressure (OOM)",
          "exceeds the memory usage threshold", "Memory on the node (IP: ", "MemoryError",
-         "Unable to allocate "),
+         "Unable to allocate ", "is killed by signal: Killed"),
         r"(?:(?P<cuda>CUDA out of memory)(?:\. Tried to allocate (?P<tried>[\d.]+ [KMGT]i?B))?"
         r"|(?P<host>Out of memory: Killed process (?P<pid>\d+))|OutOfMemoryError|'out of memory'"
         # the CUDA runtime's own wording (cudaErrorMemoryAllocation), and c10's host allocator:
@@ -742,6 +742,9 @@ PATTERNS: tuple[Pattern, ...] = (
         # Python's own host-memory exception line ("MemoryError", "MemoryError: ..."), and
         # numpy's "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 7.45 GiB ..."
         r"|^(?:[\w.]+\.)?(?P<cpu2>_?(?:Array)?MemoryError)(?:: .*)?$"
+        # a DataLoader worker the kernel's OOM killer took (torch/utils/data/_utils/
+        # signal_handling.py): "DataLoader worker (pid 29668) is killed by signal: Killed."
+        r"|DataLoader worker \(pid (?P<worker>\d+)\) is killed by signal: (?P<cpu3>Killed)"
         # Ray's memory monitor: "(raylet) 1 Workers (tasks / actors) killed due to memory
         # pressure (OOM), ..." / "Memory on the node (IP: 10.0.0.1, ...) ... was 28.50GB /
         # 30.00GB (0.95), which exceeds the memory usage threshold of 0.95."

@@ -68,7 +68,8 @@ class ShmFailure(Rule):
         rows = [r for r in job.rows("native_signal") if r["data"].get("signum") == 7] + [
             r for r in job.rows("worker_failed", "worker_signal", "elastic_failure")
             if r["data"].get("exitcode") == -7 or r["data"].get("signum") == 7
-            or "SIGBUS" in str(r["data"].get("traceback", ""))]
+            or "SIGBUS" in str(r["data"].get("traceback", ""))] + [
+            r for r in job.rows("exception") if "is killed by signal: Bus error" in r["text"]]
         if not rows:
             return
         ranks = ranks_of(rows)
