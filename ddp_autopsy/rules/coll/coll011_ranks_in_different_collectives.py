@@ -170,7 +170,14 @@ class RanksInDifferentCollectives(Rule):
             return f"{stacktree.who(procs)} {verb} in {key[0]}" + (
                 f" called from {key[1]}" if key[1] else "")
 
-        if tie:
+        # wait labels look like "send", "recv (gloo)": point-to-point calls pair by design
+        p2p = any(k[0].split(" ", 1)[0] in P2P for k in calls)
+        if p2p:
+            summary = ("Ranks wait in different calls, point-to-point among them: "
+                       + "; ".join(where(k) for k in ordered[:4]) + ". A send and a receive that "
+                       "never paired (a wrong peer, or an order that differs between ranks) "
+                       "leaves both waiting; which side is wrong the stacks do not say.")
+        elif tie:
             summary = ("Ranks wait in different collectives, which can never match: "
                        + "; ".join(where(k) for k in ordered[:4]) + ".")
         else:
@@ -186,8 +193,8 @@ class RanksInDifferentCollectives(Rule):
                                      text=f"{p.label} (pid {p.pid}): {c.collective}"
                                           + (f" ← {c.user_frame}" if c.user_frame else "")))
         yield self.finding(
-            summary, evidence=evidence, ranks=[] if tie else ranks,
-            hosts=[p.host for p in odd_procs], confidence=0.5 if tie else 0.8,
+            summary, evidence=evidence, ranks=[] if tie or p2p else ranks,
+            hosts=[p.host for p in odd_procs], confidence=0.5 if tie or p2p else 0.8,
             details={"calls": [{"collective": k[0], "site": k[1] or None, "ranks": sorted(
                 p.rank for c in calls[k] for p in tree.members(c.members) if p.rank is not None)}
                 for k in ordered]},
