@@ -139,6 +139,28 @@ def run_one(spec: runner.ScenarioSpec, mode: str, out: Path) -> dict[str, Any]:
     return cell
 
 
+def rejudge(cell: dict[str, Any], spec: runner.ScenarioSpec) -> bool:
+    """Analyze a kept run again with today's code (its evidence as it was, no re-run); the
+    judgement before goes to the cell's history. False when the run left nothing to analyze."""
+    run_dir = Path(cell.get("run_dir") or "")
+    if cell.get("cause") in ("not run", "no fault", "error") or not run_dir.is_dir():
+        return False
+    if cell["mode"] == "live":
+        inputs = [p for p in run_dir.iterdir() if (p / "manifest.json").is_file()][:1]
+    else:
+        inputs = sorted(p for p in run_dir.iterdir()
+                        if p.name not in SKIP_IN_LOGS and (p.is_file() or p.is_dir()))
+    if not inputs:
+        return False
+    got = analyze(inputs, run_dir / "analysis.json")
+    if "error" in got:
+        return False
+    cell["history"] = [*cell.get("history", []), _judgement(cell)]
+    cell.update(got=got, commit=f"{_head()} (rejudged)")
+    cell["cause"], cell["culprit"] = judge(spec.expect, got)
+    return True
+
+
 def _head() -> str:
     """The checkout's commit when a cell ran (the analysis code under test changes often)."""
     proc = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
@@ -251,13 +273,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=["logs", "live"])
     parser.add_argument("--out", type=Path, default=Path("/tmp/unseen-runs"))
     parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="analyze each kept run again with today's code (no re-run)")
     args = parser.parse_args(argv)
     specs = jobs()
     unknown = [n for n in args.names if n not in specs]
     if unknown:
         parser.error(f"unknown jobs {unknown}; known: {sorted(specs)}")
     results = load_results()
-    if not args.report_only:
+    if args.rejudge:
+        for key, cell in sorted(results.items()):
+            if (args.names and cell["job"] not in args.names) or \
+                    (args.mode and cell["mode"] != args.mode):
+                continue
+            if rejudge(cell, specs[cell["job"]]):
+                RESULTS.write_text(json.dumps(results, indent=1, default=str) + "\n")
+                print(f"{key:40s} cause={cell['cause']:7s} culprit={cell['culprit']:7s} "
+                      f"got={cell['got'].get('cause')} {cell['got'].get('ranks')}", flush=True)
+    elif not args.report_only:
         for name in args.names or sorted(specs):
             for mode in modes_of(specs[name]):
                 if args.mode and mode != args.mode:
