@@ -542,7 +542,8 @@ def _sift(block: bytes, head: bool, known: FilePrefix | None = None,
         opens = any(o in text for text in cands["text"] for o in OPENERS)
         if opens:
             cands = _with_context(cands, frame)
-    return _Sifted(frame, cands, prefix, replaced, opens, _tails(frame, writers), found=found)
+    return _Sifted(frame, cands, prefix, replaced, opens,
+                   _tails(frame, writers, named=names_ranks(block)), found=found)
 
 
 def _candidates(frame: pl.DataFrame, block: bytes, replaced: bool, probe: bool = False
@@ -695,12 +696,13 @@ TAIL_LOOKBACK = 64
 QUICK_TAILS = 512
 
 
-def _tails(frame: pl.DataFrame, writers: WriterKey | None,
-           base: int = 0) -> list[tuple[int, str, str]]:
+def _tails(frame: pl.DataFrame, writers: WriterKey | None, base: int = 0,
+           named: bool = True) -> list[tuple[int, str, str]]:
     """The last non-blank line of each writer name in ``frame``: (line 0-based in the block,
-    text, name), in line order (``base``: the block's first ``line`` in ``frame``)."""
+    text, name), in line order (``base``: the block's first ``line`` in ``frame``; ``named``:
+    the block may hold lines that open with their rank, :func:`names_ranks`)."""
     if writers is None:  # one name: the block's last non-blank line
-        return _last_unprefixed(frame, base) + _self_named(frame, base)
+        return _last_unprefixed(frame, base) + (_self_named(frame, base) if named else [])
     if writers.width is not None:
         tails = _last_of_each(frame, writers.quick())
         if tails.height <= QUICK_TAILS:
@@ -721,7 +723,21 @@ def _last_unprefixed(frame: pl.DataFrame, base: int) -> list[tuple[int, str, str
 
 
 #: How far back from a block's end the lines that open with their rank are looked for.
-SELF_LOOKBACK = 4096
+SELF_LOOKBACK = 1024
+
+
+#: Line starts of a line that opens with its rank (SELF_RANK), as bytes: a quick test of a
+#: block's end before any per-line work (most files have none).
+_SELF_OPENERS = (b"\nrank", b"\nRank", b"\nRANK", b"\nglobal")
+#: How far from a block's end :func:`names_ranks` looks (bytes.find: no copy, no per-line work).
+_SELF_BYTES = 64 << 10
+
+
+def names_ranks(data: bytes) -> bool:
+    """Whether the end of ``data`` may hold a line that opens with its rank."""
+    start = max(0, len(data) - _SELF_BYTES)
+    return any(data.find(o, start) >= 0 for o in _SELF_OPENERS) \
+        or data[:4].lower() in (b"rank", b"glob")
 
 
 def _self_named(frame: pl.DataFrame, base: int) -> list[tuple[int, str, str]]:
@@ -881,8 +897,8 @@ def _sift_batch(datas: list[bytes]) -> list[_Sifted]:
         opens = any(o in t for t in cand_text[lo:hi] for o in OPENERS)
         if opens:
             mine = _with_context(mine, part)
-        out.append(_Sifted(part, mine, known, False, opens, _tails(part, writers, start), start,
-                           found))
+        out.append(_Sifted(part, mine, known, False, opens,
+                           _tails(part, writers, start, names_ranks(datas[i])), start, found))
     return out
 
 
@@ -1332,12 +1348,12 @@ def _own_line(text: str, ctx: FileContext, state: _State) -> bool:
 #: A program's own line that opens with the rank that wrote it ("rank 1: uploading ...",
 #: "rank=2 step=3 ...", "[Rank 0] saving"): in a console no launcher prefixed (mp.spawn, plain
 #: torchrun), the only thing that says whose last line it is.
-SELF_RANK_SOURCE = r"(?i)^\[?(?:global[_ ])?rank[ =:]?(\d+)\]?(?:[:,|]| (?:[^ih]|i[^s]|h[^a]))"
+# (not "[rank3]:", torch's own prefix, nor "[Rank 3]", which the line reader reads already)
+SELF_RANK_SOURCE = r"(?i)^(?:global[_ ])?rank[ =:]?(\d+)(?:[:,|]| (?:[^ih]|i[^s]|h[^a]))"
 SELF_RANK = re.compile(SELF_RANK_SOURCE)
 _SELF_KEY = pl.col("text").str.extract(SELF_RANK_SOURCE, 1).alias("key")
-#: Every line SELF_RANK matches starts so ("[rank", "[global", "global", "rank", any case).
-_SELF_START = pl.col("text").str.slice(0, 2).is_in(
-    ["[r", "[R", "[g", "[G", "gl", "gL", "Gl", "GL", "ra", "rA", "Ra", "RA"])
+#: Every line SELF_RANK matches starts so ("global", "rank", any case).
+_SELF_START = pl.col("text").str.slice(0, 2).is_in(["gl", "gL", "Gl", "GL", "ra", "rA", "Ra", "RA"])
 
 
 def _note_last(state: _State, line: int, text: str, info: LineInfo) -> None:
