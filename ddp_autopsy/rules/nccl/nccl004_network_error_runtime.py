@@ -63,6 +63,7 @@ from ddp_autopsy.bundle_layout import FIREWALL, NETWORK_PROBES
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
 from ddp_autopsy.rules.coll.coll012_silent_ranks import collective_frames
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
+from ddp_autopsy.rules.nccl.nccl005_nccl_connection_failure import at_setup
 
 IB_STATUS = {4: "IBV_WC_LOC_PROT_ERR", 5: "IBV_WC_WR_FLUSH_ERR", 10: "IBV_WC_REM_ACCESS_ERR",
              12: "IBV_WC_RETRY_EXC_ERR (peer unreachable or link down)",
@@ -81,6 +82,8 @@ class NetworkErrorRuntime(Rule):
             found = [*self._cut_off(job), *self._store_silent(job)]
             yield from found or self._all_stalled(job)
             return
+        if at_setup(job):
+            return  # the ranks never connected: NCCL005's connection failure at set-up
         peers = sorted({r["data"]["peer"] for r in rows if r["data"].get("peer")})
         statuses = sorted({r["data"]["status"] for r in rows
                            if r["data"].get("status") is not None})

@@ -6,7 +6,10 @@ NCCL's rank-to-rank socket connections failing: "socketStartConnect: exceeded re
 retry count after 35 attempts" (2.24+), "Connect to ... failed : Software caused connection
 abort", a handshake with the wrong magic (a stray client or a peer with another uniqueId),
 failed proxy calls, and a log that ends in NCCL's connect retries ("Call to connect returned
-Connection refused, retrying", 2.4–2.15: the last attempt is never announced). With none of these, and NCCL's WARN lines not in the inputs, a bare
+Connection refused, retrying", 2.4–2.15: the last attempt is never announced), and a connection
+that failed or closed while the communicators were set up (NCCL's return chain through
+bootstrap.cc / init.cc, a traceback through DDP's first collectives, a refused connection). With
+none of these, and NCCL's WARN lines not in the inputs, a bare
 "NCCL error ...: unhandled system error" (a system call failed), or only its return chain
 through NCCL's socket or bootstrap code ("NCCL INFO bootstrap.cc:270 -> 2"), is reported as the likely
 connection failure at a low confidence: sockets are where it fails most often, and the /dev/shm
@@ -48,7 +51,7 @@ class NcclConnectionFailure(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("nccl_connect_failure")
         if not rows:
-            found = list(self._retries_to_the_end(job))
+            found = list(self._retries_to_the_end(job)) or list(self._lost_at_setup(job))
             yield from found or self._system_error(job)
             return
         peers = sorted({r["data"]["addr"] for r in rows if r["data"].get("addr")})
@@ -78,6 +81,19 @@ class NcclConnectionFailure(Rule):
             f"the log ends there: {'; '.join(errors[:3]) or 'no connection'}.", shown=2,
             confidence=0.5, details={"errors": errors, "retries": len(retries)})
 
+    def _lost_at_setup(self, job: Job) -> Iterator[Finding]:
+        """A connection between ranks that failed or closed while NCCL set its communicators up
+        (see :func:`at_setup`): the ranks never connected, nothing broke under a running job."""
+        rows = job.rows("network_error") + [r for r in job.rows("peer_closed")
+                                            if "NCCL" in r["text"]]
+        if not rows or not at_setup(job) or job.crashes.ranks - _reporters(rows):
+            return  # (a rank that crashed by itself closed its connections: CRASH001's)
+        errors = sorted({str(r["data"]["err"]).strip() for r in rows if r["data"].get("err")})
+        yield self.from_rows(
+            rows, "NCCL ranks could not connect to each other while setting up their "
+            f"communicators{': ' + '; '.join(errors[:3]) if errors else ''}.", shown=2,
+            ranks=(), confidence=0.6, details={"errors": errors, "at_setup": True})
+
     def _system_error(self, job: Job) -> Iterator[Finding]:
         """A bare ncclSystemError, NCCL's own account of it not in the inputs."""
         # Raised by a call (setting up, or the first collectives); the watchdog's asynchronous
@@ -96,3 +112,30 @@ class NcclConnectionFailure(Rule):
             "wrong network interface, a firewall, containers on separate networks). Run with "
             "NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) to see which call failed.",
             shown=2, confidence=0.35, details={"estr": rows[0]["data"].get("estr")})
+
+
+#: NCCL's sources of communicator set-up, as its return-code chain names them.
+SETUP_FILES = ("bootstrap.cc", "init.cc")
+#: The first collectives of a job, where NCCL creates its communicators lazily: DDP's
+#: construction-time checks and broadcasts, init_process_group's own barrier.
+SETUP_CALLS = frozenset({"_verify_param_shape_across_processes", "_verify_params_across_processes",
+                         "_sync_module_states", "_sync_params_and_buffers", "init_process_group",
+                         "new_group", "_store_based_barrier"})
+
+
+def at_setup(job: Job) -> bool:
+    """Whether the failure came while NCCL set its communicators up: its return chain runs
+    through bootstrap or init, a traceback through the first collectives DDP makes, or a peer
+    refused the connection (nothing listened there yet)."""
+    if any(str(r["data"].get("file", "")).endswith(SETUP_FILES)
+           for r in job.rows("nccl_error_trace")):
+        return True
+    if any(SETUP_CALLS & {(r["data"].get("frame") or {}).get("func"),
+                          *(r["data"].get("callers") or [])} for r in job.rows("exception")):
+        return True
+    return any("Connection refused" in str(r["data"].get("err", ""))
+               for r in job.rows("network_error"))
+
+
+def _reporters(rows: list[dict]) -> set[int]:
+    return {r["rank"] for r in rows if r["rank"] is not None}
