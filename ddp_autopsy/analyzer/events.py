@@ -276,6 +276,8 @@ TAIL_NAMES = 20_000
 @dataclass
 class _State:
     prefix: FilePrefix = NO_PREFIX
+    #: The progress bar the message being classified was glued to, if any.
+    glued_to: str | None = None
     #: Per (stream, rank): the last non-blank line (line, text, its LineInfo).
     last: dict[tuple[Any, Any], tuple[int, str, LineInfo]] = field(default_factory=dict)
     #: Per writer name (``lines.WriterKey``): its last line so far (line, text), unparsed.
@@ -1163,6 +1165,8 @@ def _classify(line: int, raw: str, found: frozenset[str], ctx: FileContext, stat
         return  # read as the end of a hard-wrapped message
     pieces = segments(raw)
     for i, piece in enumerate(pieces):
+        # a progress bar the message was glued to (its process's or another's last activity)
+        state.glued_to = pieces[i - 1] if i and is_progress(pieces[i - 1]) else None
         _classify_one(line, piece, found, ctx, state, events, i == len(pieces) - 1)
 
 
@@ -1202,6 +1206,8 @@ def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, 
             continue
         if pat.kind == "traceback":
             state.tracebacks[stream] = {"line": line, "frames": [], "head": (line, raw, info)}
+            if state.glued_to:
+                state.tracebacks[stream]["after_bar"] = state.glued_to.strip()[:300]
         elif pat.kind == "spawn_failed" and "index" in fields:
             # mp.spawn prints the failed child's traceback right after this header.
             state.spawn_index[stream] = int(fields["index"])
@@ -1213,6 +1219,8 @@ def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, 
         data: dict[str, Any] = {"type": em.group("type"), "msg": (em.group("msg") or "")[:1000]}
         if tb is not None:
             data["traceback_line"] = tb["line"]
+            if "after_bar" in tb:
+                data["after_bar"] = tb["after_bar"]
             if tb["frames"]:
                 last = tb["frames"][-1]
                 data["frame"] = {"file": last["file"], "line": int(last["line"]),
@@ -1270,11 +1278,13 @@ def _flush_tracebacks(state: _State, ctx: FileContext, events: list[dict[str, An
             frame = {"file": last["file"], "line": int(last["line"]), "func": last["func"].strip()}
             events.append(_row("traceback_fragment", line, info, ctx, raw,
                                {"traceback_line": tb["line"], "frame": frame,
-                                "callers": [f["func"].strip() for f in tb["frames"][:-1]]}))
+                                "callers": [f["func"].strip() for f in tb["frames"][:-1]],
+                                **({"after_bar": tb["after_bar"]} if "after_bar" in tb else {})}))
         elif "head" in tb:  # cut right after its header (a paste that stops there)
             line, raw, info = tb["head"]
             events.append(_row("traceback_fragment", line, info, ctx, raw,
-                               {"traceback_line": tb["line"], "frame": None}))
+                               {"traceback_line": tb["line"], "frame": None,
+                                **({"after_bar": tb["after_bar"]} if "after_bar" in tb else {})}))
     state.tracebacks.clear()
 
 

@@ -13,7 +13,10 @@ was still working:
   when the others gave up;
 - a rank's timeout (or its traceback, cut) in the barrier of a block rank 0 runs first
   (transformers' / accelerate's `main_process_first`, YOLO's `torch_distributed_zero_first`): it
-  waited for rank 0, which had not finished the block's work.
+  waited for rank 0, which had not finished the block's work;
+- a traceback glued to a progress bar still running whose elapsed time is just past one of
+  torch's default process-group timeouts (10 or 30 minutes: "Running tokenizer on dataset: 47%|
+  ...| [30:09<33:25, ...]Traceback (most recent call last):"), at a low confidence.
 
 ## Why it hangs or kills the job
 The first collective (often the `barrier()` of `main_process_first`, or the first DDP broadcast)
@@ -93,7 +96,8 @@ class StoreWaitForBusyRank(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         waits, busy, bar = busy_waits(job)
         if not waits:
-            yield from self._rank_zero_first(job)
+            found = list(self._rank_zero_first(job))
+            yield from found or self._bar_past_timeout(job)
             return
         waiting = {w for w in map(waiting_rank, waits) if w is not None}
         # A bar without a rank prefix, beside waiting ranks that have one: another process.
@@ -138,6 +142,40 @@ class StoreWaitForBusyRank(Rule):
             evidence=[evidence_of(r) for r in rows[:2]], ranks=(0,), confidence=0.5,
             ts=first_ts(rows), details={"waiting_ranks": sorted(waiting), "waited_for": 0,
                                         "inferred": True, "blocks": funcs})
+
+
+    def _bar_past_timeout(self, job: Job) -> Iterator[Finding]:
+        """A traceback (cut, or a timeout's) glued to a progress bar still running, whose
+        elapsed time is just past one of torch's default process-group timeouts (10 or 30
+        minutes): the others gave up waiting while that process was still at work."""
+        for r in job.rows("traceback_fragment", "exception"):
+            bar = r["data"].get("after_bar")
+            if not bar or "100%|" in bar or (r["kind"] == "exception"
+                                             and not CONSEQUENCE.search(r["text"])):
+                continue
+            m = ELAPSED.search(bar)
+            if not m:
+                continue
+            elapsed = int(m["h"] or 0) * 3600 + int(m["m"]) * 60 + int(m["s"])
+            if not any(t <= elapsed <= t + TIMEOUT_SLACK_S for t in DEFAULT_TIMEOUTS_S):
+                continue
+            yield self.finding(
+                f"A traceback cut in at {m.group(0)[1:-1]} into a progress bar still running "
+                f"(`{excerpt(bar, 100)}`), just past one of torch's default process-group "
+                "timeouts: the other ranks most likely gave up waiting while that process was "
+                "still at work, rank 0 as a rule (a `main_process_first` block).",
+                evidence=[evidence_of(r)], ranks=(0,), confidence=0.4, ts=r["ts"],
+                details={"waited_for": 0, "inferred": True, "progress": bar,
+                         "elapsed_s": elapsed})
+            return
+
+
+#: tqdm's elapsed time: "[30:09<33:25, ..." or "[1:02:03<...".
+ELAPSED = re.compile(r"\[(?:(?P<h>\d+):)?(?P<m>\d\d):(?P<s>\d\d)<")
+#: torch's default process-group timeouts (NCCL's 10 minutes in some releases, 30 otherwise),
+#: and how long after one the failure may be printed.
+DEFAULT_TIMEOUTS_S = (600, 1800)
+TIMEOUT_SLACK_S = 300
 
 
 #: Context managers that let rank 0 (or each node's local rank 0) run a block before the others,
