@@ -12,7 +12,9 @@ mismatch around rank 3", or DeepSpeed ZeRO-3's check of the parameters each rank
 different parameters). As a suspicion (0.3): every rank of a one-machine job waiting in the same
 collective at the same place, none missing or failed (their timeouts, or stack snapshots in which
 none moved): with no network between them, arguments that differ (root/src, size, dtype, group)
-are the likeliest reason.
+are the likeliest reason. And ranks that timed out in a collective while every other rank's
+last line says it finished ("Rank 4 completed", "training done"): the waiting ranks called a
+collective the others never did.
 
 ## Why it hangs or kills the job
 Collectives are matched by order: when one rank calls broadcast where the others call
@@ -44,8 +46,17 @@ from collections.abc import Iterator
 from ddp_autopsy.analyzer import snapshots
 from ddp_autopsy.analyzer.attribution import one_host
 from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.analyzer.stackview import wait_label
-from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, first_ts, rank_phrase
+from ddp_autopsy.rules.base import (
+    Evidence,
+    Finding,
+    Rule,
+    evidence_of,
+    excerpt,
+    first_ts,
+    rank_phrase,
+)
 from ddp_autopsy.rules.nccl.nccl004_network_error_runtime import same_call_stall
 
 SEQ = re.compile(r"SequenceNumber=(\d+)")
@@ -68,6 +79,11 @@ def _short(fp: str) -> str:
     return " ".join(parts)
 
 
+#: A rank's last line saying it is through (not a step or an epoch that ended).
+FINISHED = re.compile(r"(?i)\b(?:completed|finished|done|exiting|all done)\b")
+STEP = re.compile(r"(?i)\b(?:epoch|step|iter(?:ation)?)\s*[=:#]?\s*\d")
+
+
 class CollectiveMismatch(Rule):
     code = "COLL001"
     slug = "collective-mismatch"
@@ -80,6 +96,33 @@ class CollectiveMismatch(Rule):
         yield from self._nccl_check(job)
         yield from self._zero3_traces(job)
         yield from self._one_host_stall(job)
+        yield from self._others_finished(job)
+
+    def _others_finished(self, job: Job) -> Iterator[Finding]:
+        """Some ranks timed out in a collective while every other rank's last line says it
+        finished ("Rank 4 completed", "training done"): the ones waiting called a collective the
+        others never called (an extra barrier in rank-0-only code, a last all_reduce)."""
+        hang = job.rows(*kinds_tagged("hang"))
+        waiting = {r["rank"] for r in hang if r["rank"] is not None}
+        if not waiting:
+            return
+        last: dict[int, dict] = {}
+        for r in job.rows("last_line"):
+            if r["rank"] is not None and r["rank"] not in waiting:
+                last[r["rank"]] = r
+        failed = {r["rank"] for r in job.rows(*kinds_tagged("failure")) if r["rank"] is not None}
+        done = {k: r for k, r in last.items() if FINISHED.search(r["text"])
+                and not STEP.search(r["text"]) and k not in failed}
+        if not done or len(done) != len(last):
+            return
+        yield self.finding(
+            f"{rank_phrase(waiting).capitalize()} timed out in a collective that the other ranks "
+            f"never called: {rank_phrase(done)} had finished (`{excerpt(next(iter(done.values()))['text'], 80)}`). "
+            "Look for a collective only some ranks reach at the end (a barrier or all_reduce in "
+            "rank-0-only code, an extra step on some ranks).",
+            evidence=[evidence_of(hang[0]), evidence_of(next(iter(done.values())))],
+            ranks=sorted(waiting), confidence=0.6, ts=first_ts(hang),
+            details={"waiting": sorted(waiting), "finished": sorted(done)})
 
     def _one_host_stall(self, job: Job) -> Iterator[Finding]:
         """Every rank of a one-machine job waits in the same collective at the same place and
