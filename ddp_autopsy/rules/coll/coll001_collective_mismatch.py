@@ -84,6 +84,26 @@ FINISHED = re.compile(r"(?i)\b(?:completed|finished|done|exiting|all done)\b")
 STEP = re.compile(r"(?i)\b(?:epoch|step|iter(?:ation)?)\s*[=:#]?\s*\d")
 
 
+def finished_and_waiting(job: Job) -> tuple[dict[int, dict], set[int], list[dict]] | None:
+    """(ranks whose last line says they finished -> that line, ranks that timed out or lost
+    their peers in a collective, those rows) when every rank outside the second set finished
+    and none of them failed; else None."""
+    lost = [r for r in job.rows(*kinds_tagged("lost_peer")) if r["rank"] is not None]
+    waiting = {r["rank"] for r in lost}
+    if not waiting:
+        return None
+    last: dict[int, dict] = {}
+    for r in job.rows("last_line"):
+        if r["rank"] is not None and r["rank"] not in waiting:
+            last[r["rank"]] = r
+    failed = {r["rank"] for r in job.rows(*kinds_tagged("failure")) if r["rank"] is not None}
+    done = {k: r for k, r in last.items() if FINISHED.search(r["text"])
+            and not STEP.search(r["text"]) and k not in failed}
+    if not done or len(done) != len(last):
+        return None
+    return done, waiting, lost
+
+
 class CollectiveMismatch(Rule):
     code = "COLL001"
     slug = "collective-mismatch"
@@ -99,29 +119,25 @@ class CollectiveMismatch(Rule):
         yield from self._others_finished(job)
 
     def _others_finished(self, job: Job) -> Iterator[Finding]:
-        """Some ranks timed out in a collective while every other rank's last line says it
-        finished ("Rank 4 completed", "training done"): the ones waiting called a collective the
-        others never called (an extra barrier in rank-0-only code, a last all_reduce)."""
-        hang = job.rows(*kinds_tagged("hang"))
-        waiting = {r["rank"] for r in hang if r["rank"] is not None}
-        if not waiting:
+        """Some ranks timed out in a collective (or lost their peers there) while every other
+        rank's last line says it finished ("Rank 4 completed", "training done"), and those are
+        the more: the waiting ranks called a collective the others never called (an extra
+        barrier in rank-0-only code, a last all_reduce). The fewer finished ones instead ran out
+        of data first: COLL004's uneven inputs."""
+        split = finished_and_waiting(job)
+        if split is None:
             return
-        last: dict[int, dict] = {}
-        for r in job.rows("last_line"):
-            if r["rank"] is not None and r["rank"] not in waiting:
-                last[r["rank"]] = r
-        failed = {r["rank"] for r in job.rows(*kinds_tagged("failure")) if r["rank"] is not None}
-        done = {k: r for k, r in last.items() if FINISHED.search(r["text"])
-                and not STEP.search(r["text"]) and k not in failed}
-        if not done or len(done) != len(last):
+        done, waiting, lost = split
+        if len(waiting) >= len(done):
             return
         yield self.finding(
             f"{rank_phrase(waiting).capitalize()} timed out in a collective that the other ranks "
-            f"never called: {rank_phrase(done)} had finished (`{excerpt(next(iter(done.values()))['text'], 80)}`). "
-            "Look for a collective only some ranks reach at the end (a barrier or all_reduce in "
-            "rank-0-only code, an extra step on some ranks).",
-            evidence=[evidence_of(hang[0]), evidence_of(next(iter(done.values())))],
-            ranks=sorted(waiting), confidence=0.6, ts=first_ts(hang),
+            f"never called: {rank_phrase(done)} had finished "
+            f"(`{excerpt(next(iter(done.values()))['text'], 80)}`). Look for a collective only "
+            "some ranks reach at the end (a barrier or all_reduce in rank-0-only code, an extra "
+            "step on some ranks).",
+            evidence=[evidence_of(lost[0]), evidence_of(next(iter(done.values())))],
+            ranks=sorted(waiting), confidence=0.6, ts=first_ts(lost),
             details={"waiting": sorted(waiting), "finished": sorted(done)})
 
     def _one_host_stall(self, job: Job) -> Iterator[Finding]:

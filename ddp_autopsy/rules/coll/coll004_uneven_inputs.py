@@ -17,7 +17,9 @@ exhausted all inputs." on the rank out of data, "Detected at least one rank that
 inputs. Throwing across all ranks." on the others. So do training loops with a join check of
 their own (CosyVoice's: "Detected uneven workload distribution: ...", after a monitored barrier
 that names the rank that did not come back), and trainers that announce the worker whose epoch
-ended first (AllenNLP: "Worker 0 completed its entire epoch (training).").
+ended first (AllenNLP: "Worker 0 completed its entire epoch (training)."). Without any of them, a
+few ranks whose last line says they finished ("training done after 10 batches") while the more
+others then timed out or lost them in their next collective.
 
 ## Evidence
 py-spy dumps: the ranks in backward, and where the odd ranks are instead (or that they exited);
@@ -67,7 +69,16 @@ import polars as pl
 from ddp_autopsy.analyzer import snapshots, stacktree
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.stackview import is_backward_wait
-from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
+from ddp_autopsy.rules.base import (
+    Evidence,
+    Finding,
+    Rule,
+    evidence_of,
+    excerpt,
+    first_ts,
+    rank_phrase,
+)
+from ddp_autopsy.rules.coll.coll001_collective_mismatch import finished_and_waiting
 from ddp_autopsy.rules.coll.coll012_silent_ranks import barrier_named
 
 
@@ -81,8 +92,31 @@ class UnevenInputs(Rule):
 
     def check(self, job: Job) -> Iterator[Finding]:
         yield from self._join_exhausted(job)
+        yield from self._finished_first(job)
         if job.stacks.height:
             yield from self._in_backward(job)
+
+    def _finished_first(self, job: Job) -> Iterator[Finding]:
+        """The fewer ranks said they finished ("training done after 10 batches") while the
+        others then timed out or lost them in their next collective: the finished ones ran out
+        of data first (no DDP Join to say so)."""
+        if job.rows("inputs_exhausted"):
+            return
+        split = finished_and_waiting(job)
+        if split is None:
+            return
+        done, waiting, lost = split
+        if len(done) >= len(waiting):
+            return
+        first = next(iter(done.values()))
+        yield self.finding(
+            f"{rank_phrase(done).capitalize()} finished (`{excerpt(first['text'], 80)}`) while "
+            f"{rank_phrase(waiting)} went on and then timed out or lost "
+            f"{'it' if len(done) == 1 else 'them'} in their next collective: the ranks have different numbers of batches (uneven "
+            "inputs), and the finished ones left first.",
+            evidence=[evidence_of(first), evidence_of(lost[0])], ranks=sorted(done),
+            confidence=0.55, ts=first_ts(lost),
+            details={"exhausted": sorted(done), "waiting": sorted(waiting)})
 
     def _join_exhausted(self, job: Job) -> Iterator[Finding]:
         """DDP's Join context said so itself (throw_on_early_termination=True), or a trainer
