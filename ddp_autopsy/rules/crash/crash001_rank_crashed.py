@@ -7,7 +7,8 @@ signal), a rank's own Python exception (not one that only reports a dead peer), 
 sticky error (an illegal memory access, a device-side assert, even when only its watchdog thread
 re-raised it), a shell's report of a process a signal ended ("Aborted (core dumped)"), or, at
 low confidence, a rank whose traceback a paste cut before its exception line while no rank
-reported anything else. Exceptions that merely report another rank's death ("Connection closed by peer",
+reported anything else, and, lower still, the process at the other end of a connection that
+closed when nothing else failed (Gloo's "Connection closed by peer" alone). Exceptions that merely report another rank's death ("Connection closed by peer",
 "Failed to recv, got 0 bytes", ncclRemoteError, watchdog timeouts, agents' SIGTERMs) are not
 counted as first failures, nor is the SIGABRT (-6) with which torch's watchdog ends its own
 process after a timeout.
@@ -202,8 +203,25 @@ class RankCrashed(Rule):
             )
             return
         exits = list(self._launcher_exits(job)) or list(self._proxy_peer_gone(job)) \
-            or list(self._store_root_gone(job))
-        yield from exits or self._cut_traceback(job)
+            or list(self._store_root_gone(job)) or list(self._cut_traceback(job))
+        yield from exits or self._peer_went_away(job)
+
+    def _peer_went_away(self, job: Job) -> Iterator[Finding]:
+        """Ranks lost their peer's connection ("Connection closed by peer", "Connection reset
+        by peer"), none timed out and nothing else failed: the process at the other end went
+        away first, and its own output is not in the inputs."""
+        lost = job.rows("peer_closed")
+        others = set(kinds_tagged("failure")) - {"peer_closed", "exception", "traceback_fragment"}
+        if not lost or job.rows(*others) or any(
+                not CONSEQUENCE.search(r["text"]) for r in job.rows("exception")):
+            return
+        reporters = sorted({r["rank"] for r in lost if r["rank"] is not None})
+        who = rank_phrase(reporters) if reporters else "a rank"
+        yield self.from_rows(
+            lost, f"The process at the other end of {who}'s connection went away first (it "
+            "crashed or exited; its connection closed), and its own output is not in the "
+            "inputs: look at the logs of the rank it talked to.", shown=2, ranks=(),
+            confidence=0.3, details={"reporters": reporters})
 
     def _store_root_gone(self, job: Job) -> Iterator[Finding]:
         """Ranks fetching the ncclUniqueId their root publishes lost the store connection ("...
