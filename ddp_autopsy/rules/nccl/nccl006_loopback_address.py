@@ -9,7 +9,8 @@ name mapped to loopback in /etc/hosts); and, on any number of hosts, Gloo failin
 127.0.1.1 — the Debian/Ubuntu /etc/hosts alias of the machine's own name, which Gloo advertises
 when the host name resolves to it; and Gloo's own warning that it fell back to loopback ("Unable
 to resolve hostname to a (local) address. Using the loopback address as fallback.") followed by
-its full-mesh connect failing (on one host, loopback would have connected).
+its full-mesh connect failing (on one host, loopback would have connected). Likewise NCCL bound to
+127.x whose connections then failed with no rank crashing, even when the inputs name one host.
 
 ## Why it hangs or kills the job
 Other hosts cannot reach a loopback or bridge address: they connect to themselves, to nothing,
@@ -72,7 +73,12 @@ class LoopbackAddress(Rule):
         nodes = max(len(hosts), declared_nodes(job.events))
         # Gloo bound to loopback itself, then could not connect: the peers are elsewhere.
         fallback = job.rows("gloo_loopback_fallback") if job.rows("gloo_connect_failure") else []
-        if nodes < 2 and not alias and not fallback:
+        # NCCL bound to loopback and its connections then failed, no rank crashing: on one host
+        # loopback works, so the peers were elsewhere though the inputs name one host
+        stranded = bool(job.rows("nccl_connect_failure", "network_error")) \
+            and not job.crashes.ranks and any(
+                str(r["data"].get("addr", "")).startswith("127.") for r in rows)
+        if nodes < 2 and not alias and not fallback and not stranded:
             return  # on one host, loopback is fine
         bad = [(r, kind) for r in rows
                if (kind := unreachable_kind(r["data"]["addr"], r["data"]["ifname"]))]
