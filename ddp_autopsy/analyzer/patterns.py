@@ -162,6 +162,14 @@ PATTERNS: tuple[Pattern, ...] = (
         member=int,
         world=int,
     ),
+    # A framework's own end of training (printed by rank 0): Lightning's fit loop ("`Trainer.fit`
+    # stopped: `max_epochs=3` reached.", loops/fit_loop.py), transformers' Trainer ("Training
+    # completed. Do not forget to share your model on huggingface.co/models =)").
+    _p(
+        "training_end",
+        ("`Trainer.fit` stopped:", "Training completed. Do not forget to share your model"),
+        r"`Trainer\.fit` stopped: |Training completed\. Do not forget to share your model",
+    ),
     # M13: "The client socket has timed out after 1800s while trying to connect to (h, 29500)."
     _p(
         "connect_timeout",
@@ -1334,6 +1342,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "ray_train_worker_failed": {"failure"},
     "thread_exception": {"info"},
     "cuda_arch_unsupported": {"failure"},
+    "training_end": {"info"},
     "ray_version_mismatch": {"failure"},
     "nccl_build_incompatible": {"failure"},
     "nccl_net_choice": {"info"},

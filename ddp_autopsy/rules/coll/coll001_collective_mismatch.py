@@ -14,7 +14,8 @@ collective at the same place, none missing or failed (their timeouts, or stack s
 none moved): with no network between them, arguments that differ (root/src, size, dtype, group)
 are the likeliest reason. And ranks that timed out in a collective while every other rank's
 last line says it finished ("Rank 4 completed", "training done"): the waiting ranks called a
-collective the others never did.
+collective the others never did; likewise a rank 0 that timed out in a collective after its
+framework said training had ended ("`Trainer.fit` stopped: ...").
 
 ## Why it hangs or kills the job
 Collectives are matched by order: when one rank calls broadcast where the others call
@@ -117,6 +118,28 @@ class CollectiveMismatch(Rule):
         yield from self._zero3_traces(job)
         yield from self._one_host_stall(job)
         yield from self._others_finished(job)
+        yield from self._after_training_end(job)
+
+    def _after_training_end(self, job: Job) -> Iterator[Finding]:
+        """A rank timed out in a collective after its framework said training had ended
+        ("`Trainer.fit` stopped: ...", printed by rank 0): a collective after the loop that the
+        other ranks, done and gone, never called (a barrier under `if trainer.is_global_zero:`,
+        such as a checkpoint save)."""
+        ends = job.rows("training_end")
+        if not ends:
+            return
+        hang = [r for r in job.rows(*kinds_tagged("hang"))
+                if any(r["source"] == e["source"] and r["line"] > e["line"] for e in ends)]
+        waiting = sorted({r["rank"] for r in hang if r["rank"] is not None})
+        if not hang or len(waiting) != 1 or waiting[0] not in (0, None):
+            return
+        yield self.finding(
+            f"Rank {waiting[0]} timed out in a collective after training had ended "
+            f"(\"{excerpt(ends[0]['text'], 60)}\"): the other ranks were done and never called "
+            "it. Look for a collective after the loop on rank 0 only (a barrier under `if "
+            "trainer.is_global_zero:`, a checkpoint save or evaluation there).",
+            evidence=[evidence_of(ends[0]), evidence_of(hang[0])], ranks=waiting,
+            confidence=0.55, ts=first_ts(hang), details={"waiting": waiting})
 
     def _others_finished(self, job: Job) -> Iterator[Finding]:
         """Some ranks timed out in a collective (or lost their peers there) while every other
