@@ -426,6 +426,16 @@ def test_a_traceback_cut_right_after_its_header_glued_to_a_bar() -> None:
     assert not kinds(scan(whole), "traceback_fragment")
 
 
+def test_a_failure_summary_entry_pasted_without_its_headers() -> None:
+    """s5-020: only the entry's fields, from "rank" on (no "Root Cause", no "[0]:")."""
+    rows = scan("  rank      : 0 (local_rank: 0)\n  exitcode  : -11 (pid: 6421)\n"
+                "  error_file: <N/A>\n  traceback : Signal 11 (SIGSEGV) received by PID 6421\n")
+    (entry,) = kinds(rows, "elastic_failure")
+    assert (data(entry)["rank"], data(entry)["exitcode"], data(entry)["root"]) == (0, -11, True)
+    # a "rank : N" line that is no summary's stays what it is
+    assert not kinds(scan("  rank      : 3\n"), "elastic_failure")
+
+
 def test_a_rich_table_is_no_traceback() -> None:
     """Lightning's model summary: a rich table's rows are box lines, not a traceback."""
     console = Console(file=io.StringIO(), width=80)

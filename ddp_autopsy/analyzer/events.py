@@ -1245,7 +1245,13 @@ def _elastic(line: int, raw: str, body: str, ctx: FileContext, state: _State,
         state.elastic_section = "failures"
         return True
     if state.elastic_section is None:
-        return False
+        m = P.ELASTIC_FIELD.match(body)
+        if not (m and m.group("key") == "rank" and "(local_rank: " in m.group("value")):
+            return False
+        # an entry pasted without the summary's headers: read as the root cause it most
+        # likely is (the part of the summary people paste)
+        state.elastic_section = "root"
+        state.elastic_entry = {"line": line, "raw": raw, "root": True, "headless": True}
     m = P.ELASTIC_ENTRY.match(body)
     if m:
         _flush_elastic(state, ctx, events)

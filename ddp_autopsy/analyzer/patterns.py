@@ -1268,6 +1268,8 @@ ELASTIC_NEEDLES: tuple[str, ...] = (
     "error_file:",
     "traceback :",
     "FAILED",
+    # an entry's rank field pasted without the summary's headers ("  rank : 0 (local_rank: 0)")
+    "(local_rank: ",
 )
 
 # --- what each event kind means ------------------------------------------------------------
