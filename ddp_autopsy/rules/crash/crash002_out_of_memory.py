@@ -15,7 +15,10 @@ their next collective until the timeout, then fail with errors that only say a p
 
 ## Evidence
 The out-of-memory line with the rank, and how much it tried to allocate; or the SIGKILL exit
-(confirm with `dmesg` / `journalctl -k` on that host: "Out of memory: Killed process").
+(confirm with `dmesg` / `journalctl -k` on that host: "Out of memory: Killed process"). When
+nothing in the inputs names a rank and one node's CUDA messages name a single GPU ("GPU 3 has a
+total capacity ..."), that GPU's local rank is named, by the one-process-per-GPU convention
+(the summary says so).
 
 ## Remedy
 Lower the memory peak on that rank: smaller micro-batch, activation checkpointing, sharding
@@ -31,16 +34,21 @@ host OOM killer, fewer DataLoader workers or less host-side caching. Ranks with 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
-from ddp_autopsy.analyzer.attribution import ONE_NODE_CUE, SUMMARY_CUE
+from ddp_autopsy.analyzer.attribution import ONE_NODE_CUE, SUMMARY_CUE, declared_nodes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, ranks_of, subject
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
 #: Cues under which a launcher's failure line's rank is the failed worker's.
 SUBJECT_CUES = (ONE_NODE_CUE, SUMMARY_CUE)
+
+
+#: The device of CUDA's out-of-memory message: "Tried to allocate 786.00 MiB (GPU 0; ...".
+GPU_INDEX = re.compile(r"\(GPU (\d+);|GPU (\d+) has a total capacity")
 
 
 class OutOfMemory(Rule):
@@ -58,12 +66,20 @@ class OutOfMemory(Rule):
         ranks = ranks_of(rows) or {int(r["data"]["victim"]) for r in rows
                                    if r["data"].get("victim") is not None} \
             or self._proxy_rank(job, rows) or self._failed_worker(job)
+        by_gpu = False
+        if not ranks and not job.ranks.height and declared_nodes(job.events) <= 1:
+            # nothing names a rank: one process per GPU on one node makes "GPU N" local rank N
+            gpus = {int(m[1] or m[2]) for r in rows if (m := GPU_INDEX.search(r["text"]))}
+            if len(gpus) == 1:
+                ranks, by_gpu = gpus, True
         tried = next((r["data"]["tried"] for r in rows if r["data"].get("tried")), None)
         kind = "host memory (OOM killer)" if any(
             r["data"].get(k) for r in rows for k in ("host", "cgroup", "node")) \
             else "host memory" if any(r["data"].get("cpu") for r in rows) \
             else "GPU memory" if any("CUDA" in r["text"] for r in rows) else "memory"
         who = subject(ranks, "A rank")
+        if by_gpu:
+            who += f" (its GPU {next(iter(ranks))}, one process per GPU)"
         summary = f"{who} ran out of {kind}"
         summary += f" (tried to allocate {tried})." if tried else "."
         yield self.from_rows(rows, summary, shown=2, ranks=ranks, confidence=0.9,
