@@ -49,6 +49,12 @@ class Crashes:
     stopped: dict[int, int] = field(default_factory=dict)
     #: Process ids of the workers their launcher stopped (ranked or not).
     stopped_pids: frozenset[int] = frozenset()
+    #: (source, line) of the exceptions that did not end their process (module docstring).
+    survived: frozenset[tuple[str, int]] = frozenset()
+
+    def survived_row(self, row: dict) -> bool:
+        """Whether the exception event ``row`` did not end its process."""
+        return (row["source"], row["line"]) in self.survived
 
     def __contains__(self, rank: object) -> bool:
         return rank in self.ranks
@@ -79,9 +85,9 @@ WORK_GOES_ON = re.compile(r"(?i)\b(?:step|epoch|iter(?:ation)?|batch|loss)\b[ =:
 FAILURE_WORDS = re.compile(r"(?i)error|exception|traceback|fail|abort|timed? ?out|killed")
 
 
-def survivor_test(job: Job) -> Callable[..., bool]:
-    """``survived(source, rank, data, line=None)`` for an exception event: true when it did not
-    end its process (see the module docstring)."""
+def _survivor_test(job: Job) -> Callable[[str, int | None, dict, int], bool]:
+    """``survived(source, rank, data, line)`` for an exception event: true when it did not end
+    its process (see the module docstring)."""
     headers = {(r["source"], r["line"]) for r in job.rows("thread_exception")}
     alive: dict[str, set[int]] = {}
     procs = job.processes
@@ -97,11 +103,11 @@ def survivor_test(job: Job) -> Callable[..., bool]:
                if r["rank"] is not None and r["level"] == "I" and r["ts"] is not None
                and WORK_GOES_ON.search(r["text"]) and not FAILURE_WORDS.search(r["text"])}
 
-    def survived(source: str, rank: int | None, data: dict, line: int | None = None) -> bool:
+    def survived(source: str, rank: int | None, data: dict, line: int) -> bool:
         tb = data.get("traceback_line")
         if isinstance(tb, int) and (source, tb - 1) in headers:
             return True
-        if line is not None and went_on.get((source, rank), -1) > line:
+        if went_on.get((source, rank), -1) > line:
             return True  # a caught, logged exception: the rank's work went on after it
         return rank is not None and any(
             str(source).startswith(f"{bundle}/") and rank in ranks
@@ -119,10 +125,12 @@ def build(job: Job) -> Crashes:
     keep: list[bool] = []
     stopped: dict[int, int] = {}
     pids: set[int] = set()
-    survived = survivor_test(job)
+    survives = _survivor_test(job)
+    survived: set[tuple[str, int]] = set()
     for row in rows.iter_rows(named=True):
-        if row["kind"] == "exception" and survived(row["source"], row["rank"], _data(row),
+        if row["kind"] == "exception" and survives(row["source"], row["rank"], _data(row),
                                                    row["line"]):
+            survived.add((row["source"], row["line"]))
             keep.append(False)
             continue
         d = _data(row) if row["kind"] in ("elastic_failure", "worker_failed") else {}
@@ -143,4 +151,5 @@ def build(job: Job) -> Crashes:
         if isinstance(rank, int):
             ranks.add(rank)
     return Crashes(frozenset(ranks), rows,
-                   {r: c for r, c in stopped.items() if r not in ranks}, frozenset(pids))
+                   {r: c for r, c in stopped.items() if r not in ranks}, frozenset(pids),
+                   frozenset(survived))

@@ -65,20 +65,18 @@ from collections.abc import Iterator
 
 from ddp_autopsy.analyzer import snapshots, stacktree
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.analyzer.stackview import is_backward_wait, wait_label
+from ddp_autopsy.analyzer.stackview import COLLECTIVES, is_backward_wait, wait_label
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, first_ts, rank_phrase
-from ddp_autopsy.rules.coll.coll012_silent_ranks import collective_frames
+from ddp_autopsy.rules.coll.coll012_silent_ranks import DDP_COLLECTIVES, collective_frames
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
-#: torch.distributed's collective and point-to-point calls (the frames a blocked rank waits in).
-COLLECTIVE_CALLS = frozenset({
-    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
-    "all_to_all_single", "reduce", "reduce_scatter", "reduce_scatter_tensor", "broadcast",
-    "broadcast_object_list", "barrier", "monitored_barrier", "gather", "gather_object",
-    "scatter", "scatter_object_list", "send", "recv", "isend", "irecv", "batch_isend_irecv",
-    "send_object_list", "recv_object_list", "_all_gather_base", "_reduce_scatter_base",
-    "all_reduce_coalesced", "all_gather_coalesced", "_distributed_broadcast_coalesced",
-    "_sync_module_states", "_sync_params_and_buffers"})
+#: The calls a blocked rank's traceback can end in: torch.distributed's blocking calls (not the
+#: set-up ones, no collective to pair with), the non-blocking and coalesced point-to-point and
+#: collective calls, and DDP's own broadcasts.
+COLLECTIVE_CALLS = (COLLECTIVES - {"init_process_group", "new_group", "_store_based_barrier",
+                                   "wait"}) \
+    | {"isend", "irecv", "send_object_list", "recv_object_list", "all_reduce_coalesced",
+       "all_gather_coalesced"} | {func for _, func in DDP_COLLECTIVES}
 #: torch.distributed's point-to-point calls: a pipeline's stages send and receive by design.
 P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list",
                  "recv_object_list"})

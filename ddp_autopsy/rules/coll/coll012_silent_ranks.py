@@ -47,8 +47,8 @@ from typing import Any
 
 import polars as pl
 
-from ddp_autopsy.analyzer import crashes
 from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.lines import parse_line
 from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.rules.base import (
     Evidence,
@@ -232,17 +232,14 @@ def _odd_last_line(events: pl.DataFrame, silent: set[int],
     last = _last_lines(events, silent | waiting)
     if len(last) < 3:
         return None
-    shape = {r: re.sub(r"\d+", "#", _body(row["text"])) for r, row in last.items()}
+    # the message without its prefixes (a stamp's year does not matter here), numbers masked
+    shape = {r: re.sub(r"\d+", "#", parse_line(row["text"], 2000).body.strip())
+             for r, row in last.items()}
     counts = Counter(shape.values())
     odd = [r for r, sh in shape.items() if counts[sh] == 1]
     if len(odd) != 1 or odd[0] not in silent or len(counts) != 2:
         return None
     return odd[0], last[odd[0]]
-
-
-def _body(text: str) -> str:
-    """A line without its launcher / rank prefixes."""
-    return re.sub(r"^(?:\[[^\]]{1,40}\]:?\s?)+", "", text).strip()
 
 
 def barrier_named(job: Job) -> set[int]:
@@ -257,9 +254,8 @@ def _own_crashes(job: Job) -> set[int]:
     out-of-memory error, or an exit the launcher reports for a rank that raised nothing else."""
     own: set[int] = {r["rank"] for r in job.rows("oom") if r["rank"] is not None}
     reported: set[int] = set()
-    survived = crashes.survivor_test(job)
     for row in job.rows("exception"):
-        if row["rank"] is None or survived(row["source"], row["rank"], row["data"], row["line"]):
+        if row["rank"] is None or job.crashes.survived_row(row):
             continue
         if CONSEQUENCE.search(row["text"]):
             reported.add(row["rank"])

@@ -49,9 +49,7 @@ from typing import Any
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.lines import is_progress
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, excerpt, first_ts, rank_phrase
-from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
-
-_LOST = re.compile(r"reset|closed|refused|broken pipe|EOF", re.IGNORECASE)
+from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE, LOST_STORE
 
 
 def waiting_rank(row: dict[str, Any]) -> int | None:
@@ -70,7 +68,7 @@ def busy_waits(job: Job) -> tuple[list[dict[str, Any]], int | None, dict[str, An
     waiting = {w for w in map(waiting_rank, waits) if w is not None}
     # A store that reset or closed the connection went away with its host (a crash): only a
     # read that timed out, or whose error was cut off, waited for a live rank.
-    waits = [r for r in waits if not _LOST.search(r["data"].get("err") or "")]
+    waits = [r for r in waits if not LOST_STORE.search(r["data"].get("err") or "")]
     roots = {r["data"]["root"] for r in waits if r["data"].get("root") is not None}
     bars = [r for r in job.rows("last_line")
             if r["data"].get("progress") and r["rank"] not in waiting and "100%|" not in r["text"]

@@ -47,7 +47,6 @@ from typing import Any
 
 import polars as pl
 
-from ddp_autopsy.analyzer import crashes
 from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
@@ -106,6 +105,7 @@ class RankCrashed(Rule):
     slug = "rank-crashed"
     cause = "rank_crashed"
     severity = "critical"
+    optional = ("crashes",)  # exceptions that did not end their process
 
     def check(self, job: Job) -> Iterator[Finding]:
         # The consequence check runs in polars: a log can hold 100,000s of exception lines.
@@ -114,11 +114,10 @@ class RankCrashed(Rule):
         all_exceptions = job.decoded_rows(frame)
         # NCCL's own errors ("NCCL error in: ..., unhandled system error") are the NCCL rules'
         # (or the fallback's) to explain: the rank did not crash by itself.
-        survived = crashes.survivor_test(job)
         exceptions = [r for r in all_exceptions
                       if not r["consequence"] and not launcher_side(r["data"].get("frame"))
                       and not NCCL_ERROR.search(r["text"])
-                      and not survived(r["source"], r["rank"], r["data"], r["line"])]
+                      and not job.crashes.survived_row(r)]
         failures = job.rows("elastic_failure")
         spawns = job.rows("spawn_failed")
         # Exceptions attributed to a rank, earliest first where clocks say so.
@@ -341,9 +340,9 @@ def _crash_exit(code: object) -> bool:
     return isinstance(code, int) and (code > 0 or signal_name(code) in NATIVE_SIGNALS)
 
 
-#: A store read that failed because the store's server went away (not a timeout).
-LOST_STORE = re.compile(r"Connection reset by peer|Broken pipe|Connection closed|Connection refused"
-                        r"|[Ee]nd of file|EOF", re.I)
+#: A store read that failed because the store's server went away (reset, closed, refused,
+#: end of file): not a timeout.
+LOST_STORE = re.compile(r"reset|closed|refused|broken pipe|EOF|end of file", re.I)
 NCCL_ERROR = re.compile(r"NCCL error(?: in| \d+)?:", re.IGNORECASE)
 #: CUDA errors that leave the context unusable (cudaErrorIllegalAddress, ...LaunchFailure,
 #: ...Assert, ...MisalignedAddress, ...IllegalInstruction, ...HardwareStackError,

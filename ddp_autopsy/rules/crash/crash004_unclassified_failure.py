@@ -33,7 +33,6 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from ddp_autopsy.analyzer import crashes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.rules.base import Finding, Rule, earliest_first, excerpt, rank_phrase
@@ -56,6 +55,7 @@ class UnclassifiedFailure(Rule):
     slug = "unclassified-failure"
     cause = "unclassified_failure"
     severity = "error"
+    optional = ("crashes",)  # exceptions that did not end their process
     #: Runs after the others, and only when none of them found a root cause.
     fallback = True
 
@@ -66,12 +66,10 @@ class UnclassifiedFailure(Rule):
             & ~pl.col("level").fill_null("").is_in(["W", "I", "WARNING", "INFO"]))
         if failing.height == 0:
             return
-        survived = crashes.survivor_test(job)
-        kept = [(r["source"], r["line"]) for r in job.rows("exception")
-                if survived(r["source"], r["rank"], r["data"], r["line"])]
+        kept = job.crashes.survived
         if kept:  # exceptions that did not end their process are no failure to explain
-            failing = failing.join(pl.DataFrame(kept, schema=["source", "line"], orient="row"),
-                                   on=["source", "line"], how="anti")
+            failing = failing.join(pl.DataFrame(list(kept), schema=["source", "line"],
+                                                orient="row"), on=["source", "line"], how="anti")
             if failing.height == 0:
                 return
         own = failing.filter(
