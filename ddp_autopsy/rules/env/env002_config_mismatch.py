@@ -10,7 +10,10 @@ when ranks build a communicator of different sizes: "Bootstrap Root : mismatch i
 from procs 4 : 8" (≤2.22), "mismatch in info from procs, nranks 4 vs 8" (2.23+), and NCCL's
 init refuses a rank outside the communicator: "Invalid rank requested : 2/2". Also a process
 that asked for a GPU it cannot see ("CUDA error: invalid device ordinal"): more processes per
-node than visible GPUs, or a device index taken from the global rank.
+node than visible GPUs, or a device index taken from the global rank. And from Gloo's init
+alone: the ranks of one node time out in init_process_group waiting for the store key of a rank
+the job does not have (`keys: /default_pg/0//cpu//0/4` when the launchers started ranks 0-3),
+while the other ranks got past init, or, running on the other nodes, printed no such timeout.
 
 ## Why it hangs or kills the job
 Ranks that disagree on the world size or the master wait for peers that will never come (or
@@ -38,10 +41,12 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from datetime import timedelta
 
 import polars as pl
 
 from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, rank_phrase
 
 KEYS = ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
@@ -105,7 +110,10 @@ class ConfigMismatch(Rule):
                  if r["rank"] is not None and r["rank"] not in waits}
         seen = set(waits) | past
         awaited = {w["awaited"] for w in waits.values()}
-        if not past or min(awaited) <= max(seen):
+        if not past:
+            yield from self._init_waits_alone(job, waits, awaited)
+            return
+        if min(awaited) <= max(seen):
             return
         who = rank_phrase(waits)
         yield self.finding(
@@ -116,6 +124,50 @@ class ConfigMismatch(Rule):
             "--nproc-per-node, or WORLD_SIZE set by hand).",
             evidence=[evidence_of(w) for w in list(waits.values())[:2]], ranks=set(waits),
             confidence=0.7, details={"awaited_rank": sorted(awaited), "got_past": sorted(past)})
+
+    def _init_waits_alone(self, job: Job, waits: dict[int, dict],
+                          awaited: set[int]) -> Iterator[Finding]:
+        """The same wait with no rank past init. When a rank the job does not have is awaited
+        by every started rank, they all time out alike. Here the waiting ranks are the
+        processes of some hosts only: the worker processes of the other hosts (their lines
+        carry a local rank) were running when the wait began and printed no timeout although
+        the inputs go on past its end, and the awaited rank is not below the count of every
+        worker process seen. The waiting hosts were started with a larger WORLD_SIZE (the others
+        wait on them, silently, in their own init)."""
+        timed = [r for r in job.rows("store_wait_timeout")
+                 if r["rank"] in waits and r["ts"] is not None and r["data"].get("ms")]
+        events = job.frame("events")
+        waiting_hosts = {w["host"] for w in waits.values()}
+        if not timed or None in waiting_hosts:
+            return
+        end = max(r["ts"] for r in timed)
+        began = min(r["ts"] - timedelta(milliseconds=r["data"]["ms"]) for r in timed)
+        workers = events.filter(pl.col("local_rank").is_not_null() & pl.col("host").is_not_null())
+        started = workers.select("host", "local_rank").unique().height
+        quiet = workers.filter(~pl.col("host").is_in(list(waiting_hosts)))
+        failing = set(kinds_tagged("failure")) - set(kinds_tagged("terminated"))
+        last_seen = quiet["ts"].drop_nulls().max()
+        inputs_end = events["ts"].drop_nulls().max()
+        if (not quiet.height or min(awaited) < started
+                or quiet.filter(pl.col("kind").is_in(list(failing))).height
+                or last_seen is None or last_seen < began - timedelta(seconds=5)
+                or inputs_end is None or inputs_end <= end):
+            return
+        others = sorted(set(quiet["host"].to_list()))
+        who = rank_phrase(waits)
+        hosts = sorted(waiting_hosts)
+        yield self.finding(
+            f"{who[0].upper()}{who[1:]} (on {', '.join(hosts)}) waited in init_process_group "
+            f"for rank {'/'.join(map(str, sorted(awaited)))}, but the launchers started "
+            f"{started} worker processes (ranks 0-{started - 1}), and those on "
+            f"{', '.join(others)}, running when the wait began, printed no timeout while the "
+            f"logs go on past its end: {who} were started with a larger WORLD_SIZE than the "
+            "others (a node launched with another --nnodes or --nproc-per-node, or WORLD_SIZE "
+            "set by hand).",
+            evidence=[evidence_of(w) for w in list(waits.values())[:2]], ranks=set(waits),
+            hosts=hosts, confidence=0.55,
+            details={"awaited_rank": sorted(awaited), "worker_processes": started,
+                     "quiet_hosts": others})
 
     def _nccl_invalid_rank(self, job: Job) -> Iterator[Finding]:
         """NCCL init refused a rank not below the communicator's size."""
