@@ -174,19 +174,11 @@ class NetworkErrorRuntime(Rule):
         silent = [r for r in job.rows("store_wait_timeout") if r["rank"] is None]
         if not silent:
             return
-        timed_out = job.rows("gloo_timeout", "watchdog_timeout")
-        ranks = {r["rank"] for r in timed_out if r["rank"] is not None}
-        if len(ranks) < 2 or ranks != set(range(max(ranks) + 1)) \
-                or (job.world_size and len(ranks) != job.world_size):
-            return  # not every rank waited: someone else is the story
-        if job.rows("peer_closed", "oom") or any(
-                not CONSEQUENCE.search(r["text"]) for r in job.rows("exception")
-                if r["rank"] is not None):
-            return  # a rank failed by itself, or a peer's connection closed: not silence
-        ops = {r["data"]["frame"]["func"] for r in job.rows("exception")
-               if r["rank"] is not None and (r["data"].get("frame") or {}).get("func")}
-        if len(ops) > 1:
-            return  # ranks in different collectives (COLL012)
+        stall = same_call_stall(job)
+        if stall is None:
+            return  # not every rank stalled in one collective: someone else is the story
+        _, ranks, what = stall
+        ops = [what]
         ranked = job.active_events.filter(pl.col("rank").is_not_null())
         by_source: dict[str, set[int]] = {}
         for source, rank in ranked.select("source", "rank").iter_rows():

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, parse_ranks, rank_phrase
 from ddp_autopsy.rules.coll.coll014_store_wait_for_busy_rank import busy_waits
 from ddp_autopsy.rules.crash.crash001_rank_crashed import LOST_STORE
@@ -99,10 +100,13 @@ class MissingRanks(Rule):
                 and not awaited & waiting:
             named |= awaited
         if not evidence_rows:
-            if not waits:
+            keyed = [r for r in waits if RANK_KEY.search(str(r["data"].get("keys") or ""))]
+            # A store read of no rank's key that timed out while ranks were timing out in
+            # collectives is the store lost mid-run (its host's network), not a join.
+            if not waits or (not keyed and any(
+                    r["rank"] is not None for r in job.rows(*kinds_tagged("hang")))):
                 return
-            evidence_rows = [r for r in waits if RANK_KEY.search(str(r["data"].get("keys") or ""))
-                             ] or waits
+            evidence_rows = keyed or waits
         if clients:
             d = clients[0]["data"]
             how = f"only {d['joined']}/{d['world']} clients joined the store"
