@@ -22,6 +22,12 @@ link between them (or the transport) is reported, at a low confidence; a rank th
 out is COLL012's silent rank instead. A rank that lost its peers in that same call after the
 others timed out (Gloo closes its pairs on a timeout) counts as having reached it. Not when the
 inputs name one machine only: no network links those ranks (COLL001's suspicion instead).
+The node is named when the launchers tell it, one log per node: a launcher whose own read of the
+rendezvous store timed out (`waitForInput: socket ... timed out`) lost the master; before that
+timeout ends, a launcher that never reported its workers' failures (torchelastic's `failed
+(exitcode: ...)` or its summary) while every other node's did is waiting on the store it can
+no longer reach. When every launcher but the master's is cut off from the store, the master's
+node is the one cut off. With two nodes the side cannot be told from logs and the caveat is said.
 
 ## Why it hangs or kills the job
 A collective in flight loses its connection; NCCL reports ncclRemoteError or ncclSystemError and
@@ -80,6 +86,7 @@ class NetworkErrorRuntime(Rule):
         rows = job.rows("network_error")
         if not rows:
             found = [*self._cut_off(job), *self._store_silent(job)]
+            found = found or list(self._launcher_silent(job))
             yield from found or self._all_stalled(job)
             return
         if at_setup(job):
@@ -203,6 +210,58 @@ class NetworkErrorRuntime(Rule):
         yield self.from_rows(
             silent, summary, shown=2, ranks=mine, confidence=0.45,
             details={"timed_out": sorted(ranks), "collective": sorted(ops)})
+
+    def _launcher_silent(self, job: Job) -> Iterator[Finding]:
+        """Logs, one file per node: every rank timed out in the same collective, and the
+        launchers of the other nodes reported their workers' failures (torchelastic's
+        "failed (exitcode: ...)" or its summary) while one node's launcher, whose workers
+        failed alike, printed nothing after them. A launcher closes its rendezvous in the store
+        before it reports; one that cannot reach the store waits there. Its node is the one
+        the network cut off (before the launcher's own store timeout, `_store_silent`'s line,
+        ends). With one node reporting and every other silent, the reporting node hosts the
+        store and is the one cut off."""
+        stall = same_call_stall(job)
+        if stall is None or one_host(job):
+            return
+        _, ranks, what = stall
+        ranked = job.active_events.filter(pl.col("rank").is_not_null())
+        by_source: dict[str, set[int]] = {}
+        for source, rank in ranked.select("source", "rank").iter_rows():
+            by_source.setdefault(source, set()).add(rank)
+        if len(by_source) < 2 or set().union(*by_source.values()) != ranks \
+                or any(a & b for a in by_source.values() for b in by_source.values()
+                       if a is not b):
+            return  # not one file per node holding the stalled ranks
+        reports = job.rows("worker_failed", "elastic_failure")
+        reported = {r["source"] for r in reports} & set(by_source)
+        silent = set(by_source) - reported
+        if not reported or not silent:
+            return
+        if len(silent) == 1:
+            cut = silent.pop()
+            how = (f"while the launcher of every other node reported its workers' failures, "
+                   f"the node of {rank_phrase(by_source[cut])} said nothing: "
+                   "its launcher waits on the rendezvous store it can no longer reach")
+        elif len(reported) == 1:
+            cut = reported.pop()
+            how = (f"while only the launcher of the node of {rank_phrase(by_source[cut])}, "
+                   "which hosts the rendezvous "
+                   "store, reported its workers' failures: the other launchers wait on the "
+                   "store they can no longer reach")
+        else:
+            return
+        mine = sorted(by_source[cut])
+        hosts = sorted({r["host"] for r in ranked.filter(pl.col("source") == cut)
+                        .iter_rows(named=True) if r["host"]})
+        evidence = [r for r in stall[0] if r["rank"] in mine][:2] + [
+            r for r in reports if r["source"] in reported][:1]
+        caveat = (" With two nodes the side cannot be told from logs: a cut on the other node "
+                  "reads the same (collect's packet filters tell).") if len(by_source) == 2 else ""
+        yield self.from_rows(
+            evidence, f"Every rank timed out in {what} {how}. That node was likely cut off "
+            f"from the network mid-training (a firewall rule, a link or switch port down).{caveat}",
+            shown=3, ranks=mine, hosts=hosts, confidence=0.42,
+            details={"timed_out": sorted(ranks), "collective": what})
 
     def _all_stalled(self, job: Job) -> Iterator[Finding]:
         """Every rank of the job timed out in the same collective, none failed by itself: they
