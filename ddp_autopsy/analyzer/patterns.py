@@ -627,6 +627,25 @@ PATTERNS: tuple[Pattern, ...] = (
         signum=int,
         pid=int,
     ),
+    # Open MPI's signal handler (opal/util/stacktrace.c), in every process that loaded its
+    # runtime (mpirun, Horovod, nccl-tests, torch built with MPI): "[host:pid] *** Process
+    # received signal ***", then "[host:pid] Signal: Segmentation fault (11)" (macOS:
+    # "Segmentation fault: 11 (11)"). It is installed for fatal signals only (SIGSEGV, SIGBUS,
+    # SIGFPE, SIGILL, SIGABRT by default), so the header alone, a paste cut after it, is a
+    # native crash of that process whose signal is not shown (no signum).
+    _p(
+        "native_signal",
+        "] Signal: ",
+        r"\[(?P<host>[^:\s\]]+):(?P<pid>\d+)\] Signal: (?P<what>.+?) \((?P<signum>\d+)\)\s*$",
+        signum=int,
+        pid=int,
+    ),
+    _p(
+        "native_signal",
+        "*** Process received signal ***",
+        r"\[(?P<host>[^:\s\]]+):(?P<pid>\d+)\] \*\*\* Process received signal \*\*\*",
+        pid=int,
+    ),
     # A shell's report of a child a signal ended (bash's strsignal words, jobs.c): a script's
     # "./run.sh: line 184: 2324239 Aborted (core dumped) python train.py", an interactive
     # shell's bare "Bus error (core dumped)" or job line "[1]+  Killed   python train.py".

@@ -294,19 +294,32 @@ class RankCrashed(Rule):
         # torch's watchdog ends its process with an uncaught C++ exception (SIGABRT) after a
         # timeout or an NCCL error: that abort is the watchdog's report, not a crash of its own.
         aborted = {r["rank"] for r in job.rows(*WATCHDOG_ABORTS)}
-        exits = earliest_first(r for r in job.rows("worker_failed", "worker_signal",
-                                                   "native_signal")
-                               if _crash_exit(_exit_code(r["data"]))
-                               and not (_exit_code(r["data"]) == -6
-                                        and (r["rank"] in aborted or None in aborted)))
+        signals = job.rows("native_signal")
+        named = {(r["host"], r["data"].get("pid")) for r in signals if "signum" in r["data"]}
+        # A fatal-signal handler's header whose next line (the signal's name) is not in the
+        # inputs: a native crash, signal unknown.
+        unnamed = [r for r in signals if "signum" not in r["data"]
+                   and (r["host"], r["data"].get("pid")) not in named]
+        exits = earliest_first([*unnamed, *(
+            r for r in job.rows("worker_failed", "worker_signal", "native_signal")
+            if _crash_exit(_exit_code(r["data"]))
+            # (an abort no rank is named on, beside a watchdog's abort, is taken for it)
+            and not (_exit_code(r["data"]) == -6 and aborted
+                     and (r["rank"] in aborted or None in aborted or r["rank"] is None)))])
         if exits:
             d, rank = exits[0]["data"], exits[0]["rank"]
             d = {**d, "exitcode": _exit_code(d)}
             who = f"rank {rank}" if rank is not None else f"local rank {d['local_rank']}" \
                 if d.get("local_rank") is not None else "a worker"
-            pid = f" (pid {d['pid']})" if d.get("pid") else ""
-            sig = signal_name(d["exitcode"]) if d["exitcode"] < 0 else None
-            how = (f"was killed by {sig} (exit code {d['exitcode']}): {NATIVE_SIGNALS[sig]}, "
+            host = exits[0]["host"] or d.get("host")
+            pid = (f" (pid {d['pid']}{' on ' + host if host and rank is None else ''})"
+                   if d.get("pid") else "")
+            sig = signal_name(d["exitcode"]) if isinstance(d["exitcode"], int) \
+                and d["exitcode"] < 0 else None
+            how = ("received a fatal signal (its handler's report is cut before the signal's "
+                   "name): a crash in native code (a CUDA or NCCL call, an extension), with no "
+                   "Python traceback the inputs show" if d["exitcode"] is None else
+                   f"was killed by {sig} (exit code {d['exitcode']}): {NATIVE_SIGNALS[sig]}, "
                    "with no Python traceback the inputs show" if sig else
                    f"exited first with code {d['exitcode']}, printing no Python traceback the "
                    "inputs show (an error before Python ran the script, or output sent "
@@ -314,7 +327,7 @@ class RankCrashed(Rule):
             yield self.finding(
                 f"{who[0].upper()}{who[1:]}{pid} {how}.",
                 evidence=[evidence_of(exits[0])], ranks=[rank],
-                hosts=[exits[0]["host"]], confidence=0.5, ts=exits[0]["ts"],
+                hosts=[host], confidence=0.5, ts=exits[0]["ts"],
                 details={"exitcode": d["exitcode"], "local_rank": d.get("local_rank")})
 
 
