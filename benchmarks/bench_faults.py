@@ -64,34 +64,11 @@ FR_NOTE = (
 LIMITS: dict[tuple[str, str | None, str], str] = {
     ("link_drop", "rank0", "logs"): (
         "A link dropped between two nodes looks the same from both sides in the logs: the "
-        "launcher of the node that does not host the rendezvous store loses it whichever side "
-        "was cut, so with two nodes a cut on the master's own node names the other node (with "
-        "three nodes or more the cut node is told apart; in `live`/`fr` the node's own packet "
-        "filter, kept by collect, names it)."),
-    ("world_size", None, "logs"): (
-        "The culprit node's ranks time out in init_process_group waiting for the key of rank N "
-        "(`keys: /default_pg/0//cpu//0/N`, N one past the job's last rank), while every other "
-        "rank, stuck in init too, prints nothing (no rank number, no timeout) before the logs "
-        "end. Nothing in these logs says the job has N ranks: torchrun prints its launch "
-        "config (`nnodes`) and rendezvous result (`group_world_size`, `global_world_sizes`) at "
-        "INFO, which its default log level leaves out; console logs hold no environment dump; "
-        "no rank got past init to print its world. So ranks waiting for a rank N that never "
-        "started (missing_ranks, the cause found) and ranks expecting one rank too many read "
-        "the same, and no rank is named. When other ranks got past init and logged, ENV002 "
-        "names the culprit."),
-    ("link_drop", "node2", "logs"): (
-        "The cut node's launcher had not yet logged its lost store reads when the logs went "
-        "quiet for 10 s (it logs them only once its own store timeout ends): every rank timed "
-        "out in the same all_reduce and every node's launcher looks alike, so the verdict "
-        "(network, right) names every node. Whether that line is in the logs is the harness's "
-        "read time racing the launcher (the same cell is right in 2x2, live and fr)."),
-    ("link_drop", "last", "logs"): (
-        "Rank 3 saw `Connection closed by peer` (a rank of another node exiting after its own "
-        "timeout) instead of a timeout, so not every rank timed out in the collective and the "
-        "network verdict (NCCL004) does not hold; the cut node's launcher's timed-out store "
-        "read is then read as ranks that never joined (RDZV004, no rank named). Which error "
-        "each rank sees is a race of the ranks' exits (the same cell is right in 2x2, live "
-        "and fr)."),
+        "launcher of the node that does not host the rendezvous store loses it (and stays "
+        "silent, or times out reading it) whichever side was cut, so with two nodes a cut on "
+        "the master's own node names the other node, and the verdict says the side cannot be "
+        "told from logs (with three nodes or more the cut node is told apart; in `live`/`fr` "
+        "the node's own packet filter, kept by collect, names it)."),
 }
 
 
@@ -276,7 +253,7 @@ def write_doc(results: dict[str, dict]) -> dict[str, int]:
                     f"{secs} | {words} |")
 
     def pct(a: int, b: int) -> str:
-        return f"{a}/{b} ({100 * a / b:.0f} %)" if b else "0/0"
+        return f"{a}/{b} ({100 * a / b:.1f} %)" if b else "0/0"
 
     lines += [
         "",
