@@ -5,7 +5,9 @@ The first rank to fail: torchelastic's "Root Cause (first observed failure)" ent
 signal), a rank's own Python exception (not one that only reports a dead peer), a
 `torch.multiprocessing.spawn` child that raised or was killed, a rank whose CUDA context died of a
 sticky error (an illegal memory access, a device-side assert, even when only its watchdog thread
-re-raised it), a shell's report of a process a signal ended ("Aborted (core dumped)"), or, at
+re-raised it, or only NCCL's "Cuda failure 700 'an illegal memory access was encountered'" names
+its host and pid, with no other failure before it in that file), a process a fatal signal ended
+(a shell's "Aborted (core dumped)", Open MPI's "[host:pid] Signal: Segmentation fault (11)"), or, at
 low confidence, a rank whose traceback a paste cut before its exception line while no rank
 reported anything else, and, lower still, the process at the other end of a connection that
 closed when nothing else failed (Gloo's "Connection closed by peer" alone). Exceptions that merely report another rank's death ("Connection closed by peer",
@@ -153,13 +155,19 @@ class RankCrashed(Rule):
         # A sticky CUDA error kills its process's CUDA context: the rank it names is gone, even
         # when only its watchdog thread re-raised it ("Process group watchdog thread terminated
         # with exception: CUDA error: an illegal memory access was encountered").
-        fatal = earliest_first(r for r in job.rows("cuda_failure")
-                               if r["rank"] is not None and STICKY_CUDA.search(r["text"]))
+        sticky = [r for r in job.rows("cuda_failure") if STICKY_CUDA.search(r["text"])]
+        # (an NCCL_DEBUG line names its host and pid, not always its rank)
+        fatal = earliest_first([r for r in sticky if r["rank"] is not None]
+                               or [r for r in sticky if r["host"] and not _after_failure(job, r)])
         if fatal:
-            ranks = {r["rank"] for r in fatal}
+            ranks = {r["rank"] for r in fatal} - {None}
             first = fatal[0]
+            pids = sorted({r["pid"] for r in fatal if r.get("pid")})
+            hosts = sorted({r["host"] for r in fatal if r["host"]})
+            who = subject(ranks, f"A process on {', '.join(hosts) or 'an unnamed host'}"
+                          + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
             yield self.finding(
-                f"{subject(ranks, 'A rank')} failed first: CUDA error: "
+                f"{who} failed first: CUDA error: "
                 f"{first['data'].get('err') or STICKY_CUDA.search(first['text']).group(0)}, which "
                 "ends its process (a bad kernel or memory access: in its own code, an extension, or "
                 "the NCCL/CUDA build for this GPU).",
@@ -341,6 +349,14 @@ NATIVE_SIGNALS = {
 }
 
 
+def _after_failure(job: Job, row: dict[str, Any]) -> bool:
+    """Whether another kind of failure came before ``row`` in its own file (an InfiniBand
+    completion error, then the illegal access its fallout caused)."""
+    return job.of_kind(*kinds_tagged("failure")).filter(
+        (pl.col("source") == row["source"]) & (pl.col("line") < row["line"])
+        & (pl.col("kind") != row["kind"])).height > 0
+
+
 def _exit_code(d: dict[str, Any]) -> object:
     """A launcher's exit code, or the signal it reported as one (-11 for "Signal 11 (SIGSEGV)
     received by PID ...")."""
@@ -360,10 +376,15 @@ NCCL_ERROR = re.compile(r"NCCL error(?: in| \d+)?:", re.IGNORECASE)
 #: CUDA errors that leave the context unusable (cudaErrorIllegalAddress, ...LaunchFailure,
 #: ...Assert, ...MisalignedAddress, ...IllegalInstruction, ...HardwareStackError,
 #: ...ECCUncorrectable).
+_STICKY_WORDS = (r"(?:an illegal memory access was encountered|unspecified launch failure"
+                 r"|device-side assert triggered|misaligned address"
+                 r"|an illegal instruction was encountered|hardware stack error"
+                 r"|uncorrectable ECC error encountered)")
 STICKY_CUDA = re.compile(
-    r"CUDA error: (?:an illegal memory access was encountered|unspecified launch failure"
-    r"|device-side assert triggered|misaligned address|an illegal instruction was encountered"
-    r"|hardware stack error|uncorrectable ECC error encountered)"
+    r"CUDA error: " + _STICKY_WORDS
+    # NCCL's CUDACHECK (src/include/checks.h): "Cuda failure 700 'an illegal memory access was
+    # encountered'" (2.x), "Cuda failure 'an illegal ...'" (newer, no number)
+    + r"|Cuda failure (?:\d+ )?'" + _STICKY_WORDS + "'"
     # the kernel's own report of a device-side assert (printed before the Python error)
     r"|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .+ failed")
 #: What torch's watchdog prints before it takes its process down.
