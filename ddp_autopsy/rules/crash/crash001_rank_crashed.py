@@ -77,7 +77,9 @@ CONSEQUENCE = re.compile(
     r"|successfully reached monitoredBarrier"
     r"|cannot be retrieved|while trying to connect to|failed to connect to any network address"
     # Ray's driver reporting that an actor's process is gone
-    r"|ActorDiedError|The actor died unexpectedly",
+    r"|ActorDiedError|The actor died unexpectedly"
+    # vLLM's front end when its engine process failed to start (v1/engine/utils.py)
+    r"|See root cause above",
     re.I,
 )
 
