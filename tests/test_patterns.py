@@ -301,6 +301,18 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("nccl_error", "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/"
      "c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for "
      "details), NCCL version 2.19.3", {"version": "2.19.3"}),
+    # lines a paste or an excerpt cut short: the family is still read, with what is shown
+    ("watchdog_timeout", "[rank4]:[E424 01:11:21.160857258 ProcessGroupNCCL.cpp:629] [Rank 4] "
+     "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4, OpType=BROADCAST, NumelI",
+     {"seq": 4, "op": "BROADCAST", "pgrank": 4}),
+    ("watchdog_timeout", "[Rank 2] Watchdog caught collective operation timeout: "
+     "WorkNCCL(SeqNum=17, OpTy", {"seq": 17}),
+    ("shm_error", "Error while creating shared memory segment /dev/shm/nccl-lNPZ0f (size 734038",
+     {"op": "creating"}),
+    ("native_signal", "[k8s-slave03:00956] Signal: Segmentation fault (11)",
+     {"signum": 11, "pid": 956}),
+    ("native_signal", "[pontus:72547] Signal: Segmentation fault: 11 (11)", {"signum": 11}),
+    ("native_signal", "[rtptest1621:405884] *** Process received signal ***", {"pid": 405884}),
 ]
 
 

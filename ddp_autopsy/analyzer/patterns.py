@@ -373,7 +373,13 @@ PATTERNS: tuple[Pattern, ...] = (
         r"WorkNCCL\((?:[^)]*?SeqNum=(?P<seq3>\d+))?(?:[^)]*?OpType=(?P<op3>\w+))?"
         r"(?:[^)]*?NumelIn=(?P<nin3>\d+), ?NumelOut=(?P<nout3>\d+))?"
         r"(?:[^)]*?Timeout\(ms\)=(?P<timeout_ms3>\d+))?"
-        r"[^)]*\) ran for (?P<ran_ms3>\d+) milliseconds)",
+        r"[^)]*\) ran for (?P<ran_ms3>\d+) milliseconds"
+        # the same line cut inside WorkNCCL(...) (a paste's end, a truncated excerpt): its
+        # sequence number and op, when shown, still place the rank in the collective
+        r"|(?:\[Rank (?P<pgrank4>\d+)\] )?Watchdog caught collective operation timeout:? "
+        r"WorkNCCL\([^)]*?SeqNum=(?P<seq4>\d+)(?:, OpType=(?P<op4>\w+)(?=,))?[^)]*$)",
+        pgrank4=int,
+        seq4=int,
         pgrank=int,
         seq2=int,
         timeout_ms2=int,
@@ -1075,8 +1081,9 @@ PATTERNS: tuple[Pattern, ...] = (
          "posix_fallocate failed"),
         r"(?:Error: failed to extend (?P<path>\S+) to (?P<bytes>\d+) bytes(?:, error: (?P<err>.+?) "
         r"\((?P<errno>\d+)\))?"
+        # (a line cut inside its size still names the segment: "(size 734038")
         r"|Error while (?P<op>[\w ]+?) shared memory segment (?P<path2>\S+) "
-        r"\(size (?P<size>\d+)\)(?:, error: (?P<err2>.+?) \((?P<errno2>\d+)\))?"
+        r"\(size (?P<size>\d+)(?:\)(?:, error: (?P<err2>.+?) \((?P<errno2>\d+)\))?|$)"
         r"|(?:Error: )?Could not map (?P<path3>\S+)|failed to create shared memory file"
         r"|insufficient shared memory|[Uu]nable to allocate shared memory"
         r"|unable to (?:write to|open shared memory object) .*?/dev/shm.*"
