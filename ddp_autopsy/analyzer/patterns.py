@@ -924,6 +924,19 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|has parameters that were not used in producing the loss)",
         rank=int,
     ),
+    # DDP's reducer (reducer.cpp Reducer::mark_variable_ready): one parameter's gradient hook
+    # fired twice in one iteration (reentrant backward, e.g. gradient checkpointing with
+    # use_reentrant=True; a parameter used outside forward or shared by modules run twice):
+    # "Expected to mark a variable ready only once. ..." and "Parameter at index 440 [with name
+    # X] has been marked as ready twice. ..."
+    _p(
+        "ddp_ready_twice",
+        ("Expected to mark a variable ready only once", "has been marked as ready twice"),
+        r"(?:Expected to mark a variable ready only once"
+        r"|Parameter at index (?P<index>\d+)(?: with name (?P<param>\S+))? has been marked as "
+        r"ready twice)",
+        index=int,
+    ),
     # DDP's construction check: the ranks built different models.
     _p(
         "ddp_model_mismatch",
@@ -1364,6 +1377,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "gloo_loopback_fallback": {"warning"},
     "duplicate_gpu": {"failure"},
     "shm_error": {"failure"},
+    "ddp_ready_twice": {"failure"},
     "network_error": {"failure"},
     "nccl_proxy_peer_closed": {"info"},
     "ray_worker_died": {"failure", "crash"},
