@@ -1191,7 +1191,9 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "nccl_error_trace",
         (".cc:", ".cu:"),
-        r"NCCL INFO (?P<file>[\w/.-]+\.(?:cc|cu)):(?P<line>\d+) -> (?P<code>[1-6])\s*$",
+        # (NCCL 2.27+ adds the failing call after the code, "-> 6 socketWait(...)"; some
+        # lines end in the thread's name, "-> 2 [Async thread]")
+        r"NCCL INFO (?P<file>[\w/.-]+\.(?:cc|cu)):(?P<line>\d+) -> (?P<code>[1-6])(?:\s+\S.*)?\s*$",
         code=int,
     ),
     # NCCL init: "Invalid rank requested : 2/2" (a rank not below the communicator's size: the

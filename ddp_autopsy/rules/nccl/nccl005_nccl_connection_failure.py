@@ -125,16 +125,24 @@ SETUP_CALLS = frozenset({"_verify_param_shape_across_processes", "_verify_params
 
 def at_setup(job: Job) -> bool:
     """Whether the failure came while NCCL set its communicators up: its return chain runs
-    through bootstrap or init, a traceback through the first collectives DDP makes, or a peer
-    refused the connection (nothing listened there yet)."""
+    through bootstrap or init, a traceback through the first collectives DDP makes, a peer
+    refused the connection (nothing listened there yet), or an IB queue pair could not be
+    brought up."""
     if any(str(r["data"].get("file", "")).endswith(SETUP_FILES)
            for r in job.rows("nccl_error_trace")):
         return True
     if any(SETUP_CALLS & {(r["data"].get("frame") or {}).get("func"),
                           *(r["data"].get("callers") or [])} for r in job.rows("exception")):
         return True
+    # (an InfiniBand queue pair is created and moved INIT -> RTR -> RTS only while a
+    # connection is being made: ibvwrap's "Call to ibv_modify_qp failed ..., curr state INIT,
+    # next state RTR")
     return any("Connection refused" in str(r["data"].get("err", ""))
-               for r in job.rows("network_error"))
+               or r["data"].get("verb") in QP_SETUP_VERBS for r in job.rows("network_error"))
+
+
+#: ibverbs calls NCCL's IB transport makes only while connecting two ranks.
+QP_SETUP_VERBS = frozenset({"ibv_create_qp", "ibv_modify_qp"})
 
 
 def _reporters(rows: list[dict]) -> set[int]:
