@@ -346,7 +346,7 @@ ELSEWHERE = {"traceback": "test_layouts / test_engine (tracebacks)",
              "nccl_build_incompatible": "NCCL-INIT-01", "nccl_net_choice": "NCCL-NET-01..04",
              "native_signal": "UCX01", "ras_op_counts": "NCCL-RAS-01..04",
              "ray_train_worker_failed": "RAY04", "zero3_trace_mismatch": "DS-ZERO3-01",
-             "thread_exception": "PY-THREAD-01", "ddp_ready_twice": "DDP06, DDP06b", "cuda_arch_unsupported": "TORCH-ARCH-01",
+             "thread_exception": "PY-THREAD-01", "ddp_ready_twice": "DDP06, DDP06b", "gpu_xid": "NVRM01", "cuda_arch_unsupported": "TORCH-ARCH-01",
              "training_end": "PL-FIT-01"}
 
 

@@ -924,6 +924,16 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|has parameters that were not used in producing the loss)",
         rank=int,
     ),
+    # The NVIDIA kernel driver's GPU error report (dmesg, journalctl, /var/log/kern.log):
+    # "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.", "NVRM: Xid
+    # (PCI:0000:18:00): 74, NVLink: ...", "NVRM: Xid (PCI:...): 137, RLW_RXPIPE interrupt ...":
+    # a GPU, memory (ECC) or NVLink fault on that host, whatever the job printed.
+    _p(
+        "gpu_xid",
+        "NVRM: Xid",
+        r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+),? ?(?P<msg>.*)",
+        xid=int,
+    ),
     # DDP's reducer (reducer.cpp Reducer::mark_variable_ready): one parameter's gradient hook
     # fired twice in one iteration (reentrant backward, e.g. gradient checkpointing with
     # use_reentrant=True; a parameter used outside forward or shared by modules run twice):
@@ -1380,6 +1390,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "duplicate_gpu": {"failure"},
     "shm_error": {"failure"},
     "ddp_ready_twice": {"failure"},
+    "gpu_xid": {"failure"},
     "network_error": {"failure"},
     "nccl_proxy_peer_closed": {"info"},
     "ray_worker_died": {"failure", "crash"},
