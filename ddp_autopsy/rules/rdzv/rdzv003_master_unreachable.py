@@ -27,6 +27,7 @@ torch.distributed.DistNetworkError: The client socket has timed out after 5s whi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
@@ -41,7 +42,22 @@ class MasterUnreachable(Rule):
 
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("connect_timeout", "connect_failed", "rdzv_connection_error")
+        # A member's keep-alive that failed after the rendezvous completed (dynamic_rendezvous's
+        # "has failed to send a keep-alive heartbeat to the rendezvous") is the store lost
+        # mid-run: its host stopped, crashed or dropped off the network.
+        alive = [r for r in rows if "keep-alive heartbeat" in r["text"]]
+        rows = [r for r in rows if r not in alive]
         if not rows:
+            if alive:
+                node = KEEPALIVE_NODE.search(alive[0]["text"])
+                yield self.finding(
+                    f"The rendezvous store became unreachable mid-run: "
+                    f"{'node ' + repr(node.group(1)) if node else 'a node'} failed to send its "
+                    "keep-alive heartbeat after the rendezvous had completed "
+                    "(RendezvousConnectionError). The host of the rendezvous endpoint (the agent "
+                    "that serves the c10d store) stopped, crashed or lost its network: its own log "
+                    "says which.", evidence=[evidence_of(r) for r in alive[:2]],
+                    hosts=[r["host"] for r in alive], confidence=0.45, ts=first_ts(alive))
             return
         endpoints = sorted({f"{r['data']['host']}:{r['data']['port']}" for r in rows
                             if r["data"].get("host")})
@@ -65,3 +81,7 @@ class MasterUnreachable(Rule):
             ts=first_ts(rows),
             details={"endpoints": endpoints},
         )
+
+
+#: The member named in dynamic_rendezvous's keep-alive warning ("The node 'host_3427_0' ...").
+KEEPALIVE_NODE = re.compile(r"The node '([^']+)' has failed to send a keep-alive")
