@@ -7,7 +7,8 @@ Without that line (older NCCL, or NCCL_DEBUG unset), NCCL's "invalid usage" at s
 one-node job whose processes see fewer GPUs than it has ranks (Lightning's "LOCAL_RANK: 0 -
 CUDA_VISIBLE_DEVICES: [0]" with "MEMBER: 2/2") is reported at a lower confidence; a bare "NCCL
 error: invalid usage" before any collective ran, with nothing else said, lower still: two ranks on
-one GPU is by far that error's most common cause at start-up.
+one GPU is by far that error's most common cause at start-up. CUDA's own "CUDA-capable device(s)
+is/are busy or unavailable" (error 46) says the same on a GPU in exclusive-process mode.
 
 ## Why it hangs or kills the job
 NCCL refuses to build a communicator with two ranks on one device (ncclInvalidUsage): process
@@ -51,7 +52,8 @@ class DuplicateGpu(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("duplicate_gpu")
         if not rows:
-            yield from self._too_few_devices(job)
+            found = list(self._device_busy(job))
+            yield from found or self._too_few_devices(job)
             return
         ranks: set[int] = set()
         buses: set[str] = set()
@@ -63,6 +65,23 @@ class DuplicateGpu(Rule):
         who = subject(ranks, "Several ranks")
         yield self.from_rows(rows, f"{who} use the same GPU{where}.", shown=2, ranks=ranks,
                              confidence=0.95, details={"bus_ids": sorted(buses)})
+
+    def _device_busy(self, job: Job) -> Iterator[Finding]:
+        """CUDA's cudaErrorDevicesUnavailable ("CUDA-capable device(s) is/are busy or
+        unavailable", error 46): a GPU in exclusive-process compute mode that another process
+        already holds, another rank of the job (two ranks on one GPU, or a rank touching GPU 0
+        before set_device) or another job."""
+        rows = [r for r in job.rows("cuda_failure", "exception")
+                if "busy or unavailable" in r["text"]]
+        if not rows:
+            return
+        ranks = {r["rank"] for r in rows if r["rank"] is not None}
+        yield self.from_rows(
+            rows, f"{subject(ranks, 'A rank')} found its GPU busy (CUDA error 46, "
+            "'CUDA-capable device(s) is/are busy or unavailable'): the GPU is in exclusive-process "
+            "mode and another process holds it, most often another rank on the same device (no "
+            "torch.cuda.set_device(LOCAL_RANK) before the first CUDA call, or a context made on "
+            "GPU 0 by every rank) or another job.", shown=2, ranks=ranks, confidence=0.55)
 
     def _too_few_devices(self, job: Job) -> Iterator[Finding]:
         """NCCL's 'invalid usage' at start-up in a one-node job with more ranks than the
