@@ -1,4 +1,4 @@
-"""A multi-host job whose ranks advertise a loopback or container-bridge address.
+"""A multi-host job whose ranks advertise a loopback, container-bridge or link-local address.
 
 ## What it detects
 In a job spanning several hosts, NCCL ranks that bootstrap or connect over 127.x (lo), a Docker
@@ -10,7 +10,9 @@ name mapped to loopback in /etc/hosts); and, on any number of hosts, Gloo failin
 when the host name resolves to it; and Gloo's own warning that it fell back to loopback ("Unable
 to resolve hostname to a (local) address. Using the loopback address as fallback.") followed by
 its full-mesh connect failing (on one host, loopback would have connected). Likewise NCCL bound to
-127.x whose connections then failed with no rank crashing, even when the inputs name one host.
+127.x, a bridge or a link-local address whose connections then failed with no rank crashing, even
+when the inputs name one host, and NCCL failing to connect to a link-local (169.254/16, fe80::/10:
+a BMC, host-only or SR-IOV VF interface) or bridge address another rank advertised.
 
 ## Why it hangs or kills the job
 Other hosts cannot reach a loopback or bridge address: they connect to themselves, to nothing,
@@ -53,7 +55,14 @@ def unreachable_kind(addr: str, ifname: str = "") -> str | None:
         return "loopback"
     if any(ip in net for net in BRIDGES) or ifname.startswith(("docker", "virbr")):
         return "container bridge"
+    if ip.is_link_local:  # 169.254/16, fe80::/10: a BMC, host-only or VF-only interface
+        return "link-local"
     return None
+
+
+def _host_of(addr: str) -> str:
+    """The address of NCCL's "169.254.20.10<43369>" / "fe80::1%eth1<51577>"."""
+    return addr.split("<", 1)[0]
 
 
 class LoopbackAddress(Rule):
@@ -75,10 +84,17 @@ class LoopbackAddress(Rule):
         fallback = job.rows("gloo_loopback_fallback") if job.rows("gloo_connect_failure") else []
         # NCCL bound to loopback and its connections then failed, no rank crashing: on one host
         # loopback works, so the peers were elsewhere though the inputs name one host
-        stranded = bool(job.rows("nccl_connect_failure", "network_error")) \
-            and not job.crashes.ranks and any(
-                str(r["data"].get("addr", "")).startswith("127.") for r in rows)
-        if nodes < 2 and not alias and not fallback and not stranded:
+        # (the same for a bridge or link-local address; NCCL's socket error trail counts)
+        failed = bool(job.rows("nccl_connect_failure", "network_error")) or any(
+            "socket" in str(r["data"].get("file", "")) for r in job.rows("nccl_error_trace"))
+        stranded = failed and not job.crashes.ranks and any(
+            unreachable_kind(str(r["data"].get("addr", "")), r["data"].get("ifname") or "")
+            for r in rows)
+        # NCCL failing to connect to a link-local or bridge address: no peer can be reached there
+        targets = [(r, kind) for r in job.rows("nccl_connect_failure")
+                   if (kind := unreachable_kind(_host_of(str(r["data"].get("addr", "")))))
+                   and (kind != "loopback" or nodes >= 2)]
+        if nodes < 2 and not alias and not fallback and not stranded and not targets:
             return  # on one host, loopback is fine
         bad = [(r, kind) for r in rows
                if (kind := unreachable_kind(r["data"]["addr"], r["data"]["ifname"]))]
@@ -87,6 +103,7 @@ class LoopbackAddress(Rule):
                 and (r in alias or nodes >= 2)]
         bad += [(r, "Gloo fell back to loopback: the host name resolves to no local address")
                 for r in fallback[:1]]
+        bad += targets[:2]
         probes = [(b, p) for b in job.bundles for p in b.probes
                   if any(str(a).startswith("127.") for a in p.get("addresses") or [])]
         if not bad and not probes:
@@ -95,6 +112,8 @@ class LoopbackAddress(Rule):
         parts = sorted({f"{r['host'] or 'a rank'} uses {r['data']['ifname']}:{r['data']['addr']}"
                         f" ({kind})" if r["kind"] == "nccl_interface" else
                         f"{r['host'] or 'a rank'}: {kind}" if r["kind"] == "gloo_loopback_fallback"
+                        else f"NCCL connects to {_host_of(r['data']['addr'])} ({kind})"
+                        if r["kind"] == "nccl_connect_failure"
                         else f"Gloo connects to {r['data']['addr']} ({kind})" for r, kind in bad})
         for b, p in probes[:2]:
             parts.append(f"MASTER_ADDR {p.get('master_addr')} resolves to "
