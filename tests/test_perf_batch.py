@@ -154,18 +154,26 @@ def test_hyperscan_lists_each_candidates_needles(inputs: Path,
              if f.is_file() and f.suffix != ".gz" and f.name != "stack.txt"]
     datas = [d for d in datas if d.endswith(b"\n") and events._utf8(d)]
     batch = events._sift_batch(datas)
-    checked = crlf = 0
+    checked = crlf = quick = 0
     for data, alone in zip(datas, batch, strict=True):
         for sifted in (events._sift(data, True), alone):
             if sifted.found is None:  # ANSI colours, boxes: polars' filter
                 continue
             crlf += b"\r\n" in data
-            expected = list(events._found(sifted.candidates))
-            assert list(events._found(sifted.candidates, sifted.found)) == expected
-            lines = sifted.frame["text"].to_list()
+            if sifted.frame is None:  # events._sift_quick: no frame, its rows only
+                lines = data.decode().split("\n")
+                expected = [(i, text, frozenset(n for n in events._NEEDLE_LIST if n in text))
+                            for i, text in enumerate(lines) if any(n in text for n in
+                                                                   events.NEEDLES)]
+                assert sifted.rows == expected
+                quick += 1
+            else:
+                expected = list(events._found(sifted.candidates))
+                assert list(events._found(sifted.candidates, sifted.found)) == expected
+                lines = sifted.frame["text"].to_list()
             assert all(lines[line - sifted.base] == raw for line, raw, _ in expected)
             checked += len(expected)
-    assert checked > 1000 and crlf
+    assert checked > 1000 and crlf and quick
 
 
 def test_batched_files_are_classified_on_the_pool(inputs: Path,

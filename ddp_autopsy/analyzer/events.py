@@ -284,7 +284,7 @@ class _State:
     tails: dict[str, tuple[int, str]] = field(default_factory=dict)
     #: The block being classified: its first line's number - 1 and its lines (continuations).
     block_start: int = 0
-    block_text: pl.Series | None = None
+    block: _Sifted | None = None
     #: Lines up to this one were read as the continuation of a hard-wrapped message.
     joined_to: int = 0
     #: Every such line (not a writer's last line of its own).
@@ -451,8 +451,10 @@ def prefetched(items: Iterator[bytes], depth: int = 2) -> Iterator[bytes]:
 class _Sifted:
     """One block after the vectorised pre-filter: what Python still has to read."""
 
-    frame: pl.DataFrame  # line (0-based in the block), text
-    candidates: pl.DataFrame
+    #: line (0-based in the block), text; None for a block :func:`_sift_quick` read without
+    #: polars (then ``lines``, ``rows`` and ``after`` say what Python reads of it).
+    frame: pl.DataFrame | None
+    candidates: pl.DataFrame | None
     prefix: FilePrefix | None  # decided on a file's first block
     replaced: bool
     opens: bool = False  # a failure summary opens here: its context lines are in candidates
@@ -466,9 +468,23 @@ class _Sifted:
     #: calls do not wait behind other blocks' (a call from the caller's thread queued for
     #: ~1 ms behind the pool's work, per file).
     rows: list[tuple[int, str, frozenset[str]]] = field(default_factory=list)
+    #: The number of lines in the block.
+    lines: int = 0
+    #: Without a frame: the lines after each candidate (by 0-based index in the block, at most
+    #: MAX_JOINED - 1 of them), which a hard-wrapped message may go on on.
+    after: dict[int, str] | None = None
 
     def __post_init__(self) -> None:
-        self.rows = list(_found(self.candidates, self.found))
+        if self.frame is not None:
+            self.lines = self.frame.height
+            self.rows = list(_found(self.candidates, self.found))  # type: ignore[arg-type]
+
+    def following(self, start: int, n: int) -> list[str]:
+        """The text of the block's lines ``start`` to ``start + n`` (0-based, fewer at its end)."""
+        if self.frame is not None:
+            return self.frame["text"][start: start + n].to_list()
+        after = self.after or {}
+        return [after[i] for i in range(start, min(start + n, self.lines))]
 
 
 @dataclass
@@ -529,6 +545,8 @@ def _sift(block: bytes, head: bool, known: FilePrefix | None = None,
     off the GIL; few calls, as each costs a fixed ~0.2 ms that thousands of small files add
     up). The file's first lines decide its prefixes (``known``, found here when None) and how
     to name its writers (``writers``), which a later block decides for itself if they did not."""
+    if head and known is None and (quick := _sift_quick(block)) is not None:
+        return quick
     frame, replaced = _lines(block)
     cands, found, prefixed = _candidates(frame, block, replaced, probe=known is None)
     if known is None:  # the common file has no prefixes: one query says so
@@ -592,6 +610,19 @@ _hs_local = threading.local()
 _hs_lock = threading.Lock()
 
 
+#: Lines that ``lines.ANY_PREFIX`` may match: all but the empty ones and those that open with
+#: a letter whose run of ``[A-Za-z0-9_.-]`` is followed by ":" and then not by a space (NCCL's
+#: "host:pid:tid [3] NCCL INFO ..."), which no prefix can open: a file prefix's word is that run
+#: followed by ": " or " ", a stamp, a quote, a pytest "E" or a line prefix opens otherwise.
+#: Its first match in a file's first HEAD_BYTES is all :func:`_sift_quick` needs (one
+#: Hyperscan pass with the needles; ``tests/test_perf_quick.py`` checks it against ANY_PREFIX).
+MAYBE_PREFIXED = rb"^(?:[^A-Za-z\n]|[A-Za-z][A-Za-z0-9_.-]*(?:[^A-Za-z0-9_.:\n-]|: |:?$))"
+#: Hyperscan ids: the needles' are their index in NEEDLES; then MAYBE_PREFIXED's, then those of
+#: _SELF_OPENERS (a line that opens with its rank, see :func:`names_ranks`).
+_MAYBE_ID = len(NEEDLES)
+_OPENER_ID = _MAYBE_ID + 1
+
+
 def _hyperscan() -> Any:
     """The compiled needle database, or None (Hyperscan not installed, or it failed)."""
     global _hs, _hs_db
@@ -602,8 +633,16 @@ def _hyperscan() -> Any:
                     import hyperscan
 
                     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-                    db.compile(expressions=[n.encode() for n in NEEDLES], literal=True,
-                               ids=list(range(len(NEEDLES))), elements=len(NEEDLES))
+                    exprs = [re.escape(n).encode() for n in NEEDLES]
+                    exprs += [MAYBE_PREFIXED, *(rb"\n" + o[1:] for o in _SELF_OPENERS)]
+                    single = hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_SINGLEMATCH
+                    plain = hyperscan.ExpressionExt(flags=0)
+                    db.compile(expressions=exprs, ids=list(range(len(exprs))),
+                               elements=len(exprs),
+                               flags=[single if i == _MAYBE_ID else 0 for i in range(len(exprs))],
+                               ext=[hyperscan.ExpressionExt(
+                                   flags=hyperscan.HS_EXT_FLAG_MAX_OFFSET, max_offset=HEAD_BYTES)
+                                   if i == _MAYBE_ID else plain for i in range(len(exprs))])
                     _hs, _hs_db = hyperscan, db
                 except Exception:  # not installed, or no wheel for this CPU: polars does it
                     _hs = False
@@ -630,7 +669,7 @@ def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = ()
         scratch = _hs_local.scratch = _hs.Scratch(db)
     ends: list[tuple[int, int]] = []
     db.scan(block, match_event_handler=lambda id_, _start, end, _flags, _ctx:
-            ends.append((end, id_)), scratch=scratch)
+            ends.append((end, id_)) if id_ < _MAYBE_ID else None, scratch=scratch)
     # Match ends as (offset, id), marks as (offset, MARK): a mark at a match's end comes after
     # it. Matches come in no promised order.
     points = sorted([*ends, *((m, MARK) for m in marks)])
@@ -650,6 +689,154 @@ def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = ()
         if (needle := _ID_NEEDLE[id_]) is not None:
             needles[-1].add(needle)
     return found, marked, [frozenset(n) for n in needles], prefixed
+
+
+def _scratch() -> Any:
+    """This thread's Hyperscan scratch space (scans run on the pool's threads at once)."""
+    scratch = getattr(_hs_local, "scratch", None)
+    if scratch is None:
+        scratch = _hs_local.scratch = _hs.Scratch(_hs_db)
+    return scratch
+
+
+#: Blocks of at least this many bytes are worth :func:`_sift_quick` (and a file this large is
+#: sifted alone, not in a batch of small files).
+QUICK_MIN = 256 << 10
+
+
+def _sift_quick(block: bytes) -> _Sifted | None:
+    """A file's first block sifted without polars, when it is the common one: ASCII, no CR,
+    no ANSI escape, no prefix on its first SAMPLE_LINES lines, no failure summary. One
+    Hyperscan pass finds the needles, the first line a prefix may open (MAYBE_PREFIXED) and the
+    lines that open with their rank; line numbers are newlines counted in the bytes; only the
+    candidates, the lines after them and the last lines are cut out and decoded. None: sift it
+    with polars (:func:`_sift`), which gives the same for every block this takes."""
+    db = _hyperscan()
+    if db is None or len(block) < max(QUICK_MIN, HYPERSCAN_MIN) or not block.isascii() \
+            or b"\r" in block or b"\x1b" in block:  # (ASCII: no box, no bad UTF-8)
+        return None
+    ends: list[tuple[int, int]] = []
+    other: list[tuple[int, int]] = []
+    db.scan(block, match_event_handler=lambda id_, _start, end, _flags, _ctx:
+            (ends if id_ < _MAYBE_ID else other).append((end, id_)), scratch=_scratch())
+    ends.sort()
+    size = len(block)
+    maybe = min((end for end, id_ in other if id_ == _MAYBE_ID), default=None)
+    # The head's newlines counted up to HEAD_BYTES: the first SAMPLE_LINES lines must end
+    # there (else a prefix could open beyond what the scan looked at for MAYBE_PREFIXED).
+    marks = sorted({end for end, _ in ends} | {min(size, HEAD_BYTES)}
+                   | ({maybe} if maybe is not None else set()))
+    *counts, newlines = _newlines_before(block, marks)
+    before = dict(zip(marks, counts, strict=True))
+    total = newlines + (not block.endswith(b"\n"))
+    if before[min(size, HEAD_BYTES)] < min(SAMPLE_LINES, total) and size > HEAD_BYTES:
+        return None  # long lines: the first SAMPLE_LINES go on past HEAD_BYTES
+    if maybe is not None and before[maybe] < SAMPLE_LINES and _probe_head(block):
+        return None  # prefixes: lines.detect on polars' lines
+    rows: list[tuple[int, str, frozenset[str]]] = []
+    after: dict[int, str] = {}
+    found: dict[int, frozenset[str]] = {}
+    for line, group in itertools.groupby(ends, key=lambda e: before[e[0]]):
+        group = list(group)
+        start = block.rfind(b"\n", 0, group[0][0]) + 1
+        stop = block.find(b"\n", group[0][0])
+        stop = size if stop < 0 else stop
+        text = block[start:stop].decode()
+        if any(o in text for o in OPENERS):
+            return None  # a failure summary: its context lines are looked for in polars
+        needles = frozenset(n for _, id_ in group if (n := _ID_NEEDLE[id_]) is not None)
+        rows.append((line, text, needles))
+        found[line] = needles
+        for k in range(1, MAX_JOINED):  # what a hard-wrapped message may go on on
+            if line + k >= total:
+                break
+            start = stop + 1
+            stop = block.find(b"\n", start)
+            stop = size if stop < 0 else stop
+            after[line + k] = block[start:stop].decode()
+    tails = _last_nonblank(block, total)
+    if tails is None:
+        return None
+    if any(end - len(_SELF_OPENERS[id_ - _OPENER_ID]) >= size - _SELF_BYTES
+           for end, id_ in other if id_ >= _OPENER_ID) or block[:4].lower() in (b"rank", b"glob"):
+        tails += _self_named_bytes(block, total)  # names_ranks(block)
+    return _Sifted(None, None, NO_PREFIX, False, False, tails, found=found, rows=rows,
+                   lines=total, after=after)
+
+
+_np: Any = None  # numpy, False without it
+
+
+def _newlines_before(block: bytes, offsets: list[int]) -> list[int]:
+    """The newlines of ``block`` before each of ``offsets`` (ascending), and in all of it
+    last: by numpy when it is installed (0.1 ms a 0.8 MB file, off the GIL, where
+    ``bytes.count`` takes 0.25-0.4 ms holding it)."""
+    global _np
+    if _np is None:
+        try:
+            import numpy
+
+            _np = numpy
+        except ImportError:
+            _np = False
+    out = []
+    pos = count = 0
+    if _np:
+        data = _np.frombuffer(block, _np.uint8)
+        for offset in [*offsets, len(block)]:
+            count += int(_np.count_nonzero(data[pos:offset] == 10))
+            pos = offset
+            out.append(count)
+        return out
+    for offset in [*offsets, len(block)]:
+        count += block.count(b"\n", pos, offset)
+        pos = offset
+        out.append(count)
+    return out
+
+
+def _probe_head(block: bytes) -> bool:
+    """Whether any of the first SAMPLE_LINES lines of ``block`` shows a prefix (polars' regex
+    on the lines of its first HEAD_BYTES, as :func:`_sift` asks)."""
+    cut = block.find(b"\n", HEAD_BYTES)
+    frame = _read_lines(block if cut < 0 else block[: cut + 1])[0]
+    if frame.height < SAMPLE_LINES and cut >= 0:
+        frame = _read_lines(block)[0]
+    return frame.select(_PROBE).item()
+
+
+def _line_ends(block: bytes, total: int) -> Iterator[tuple[int, int, int]]:
+    """The lines of ``block`` from its last: (0-based index, start, end) offsets."""
+    end = len(block) - 1 if block.endswith(b"\n") else len(block)
+    for i in range(total - 1, -1, -1):
+        start = block.rfind(b"\n", 0, end) + 1
+        yield i, start, end
+        end = start - 1
+
+
+def _last_nonblank(block: bytes, total: int) -> list[tuple[int, str, str]] | None:
+    """:func:`_last_unprefixed` in the bytes (None: none in the last TAIL_LOOKBACK lines)."""
+    for n, (i, start, end) in enumerate(_line_ends(block, total)):
+        if n >= TAIL_LOOKBACK:
+            return None  # (rare: left to polars)
+        if block[start:end].strip(_BLANK_BYTES):
+            return [(i, block[start:end].decode(), "")]
+    return []
+
+
+def _self_named_bytes(block: bytes, total: int) -> list[tuple[int, str, str]]:
+    """:func:`_self_named` in the bytes."""
+    last: dict[str, tuple[int, str]] = {}
+    for n, (i, start, end) in enumerate(_line_ends(block, total)):
+        if n >= SELF_LOOKBACK:
+            break
+        if block[start:start + 2] in _SELF_PAIRS_BYTES:
+            text = block[start:end].decode()
+            m = SELF_RANK.match(text)
+            if m is not None and m.group(1) not in last:  # (from the end: the first is the last)
+                last[m.group(1)] = (i, text)
+    return [(i, text, f"rank {k}") for k, (i, text) in
+            sorted(last.items(), key=lambda kv: kv[1][0]) if text]
 
 
 #: Whether a block's first lines show a prefix (``lines.detect`` looks further only then).
@@ -691,6 +878,7 @@ MARK = 1 << 62  # sorts after every match id at the same offset
 
 #: What a blank line holds (the same as ``lines.WriterKey``'s regexes).
 BLANK = " \t\r"
+_BLANK_BYTES = BLANK.encode()
 #: Lines looked at from a block's end for its last non-blank one, in a file of one writer name.
 TAIL_LOOKBACK = 64
 #: A block's lines are named by their first characters (``WriterKey.quick``), by their exact
@@ -855,6 +1043,8 @@ def _sift_batch(datas: list[bytes]) -> list[_Sifted]:
     so that only those files are noted)."""
     if len(datas) == 1:
         return [_sift(datas[0], True)]
+    if any(len(d) >= QUICK_MIN for d in datas):  # large files alone: see _sift_quick
+        return _apart(datas, [len(d) >= QUICK_MIN for d in datas])
     block = b"".join(datas)
     if b"\x1b" in block or has_box(block):  # files with ANSI colours or boxes alone
         return _apart(datas, [b"\x1b" in d or has_box(d) for d in datas])  # (rewritten)
@@ -1074,10 +1264,12 @@ def _scan(fh: IO[bytes] | None, ctx: FileContext, notes: list[InputNote], stats:
                 state.noted.add("utf8")
             rows: Iterable[tuple[int, str, frozenset[str]]] = sifted.rows
             if not sifted.opens and state.elastic_section is not None:
+                # the summary goes on (a frameless block is a file's first: none is open)
+                assert sifted.frame is not None and sifted.candidates is not None
                 rows = list(_found(_with_context(sifted.candidates, sifted.frame),
-                                   sifted.found))  # the summary goes on
+                                   sifted.found))
             stats.candidates += len(rows)
-            state.block_start, state.block_text = line_no, sifted.frame["text"]
+            state.block_start, state.block = line_no, sifted
             for line, raw, found in rows:
                 if state.spent and _spent(found, raw, state):
                     continue
@@ -1090,7 +1282,7 @@ def _scan(fh: IO[bytes] | None, ctx: FileContext, notes: list[InputNote], stats:
             if len(events) > state.prune_at + MAX_EVENTS_PER_KIND:
                 _prune(events, state, state.prune_at)
                 state.prune_at = len(events)
-            line_no += sifted.frame.height
+            line_no += sifted.lines
             if report is not None:
                 report(ctx.display, size)
     except (*READ_ERRORS, pl.exceptions.PolarsError) as err:
@@ -1328,12 +1520,11 @@ def _continued(pat: P.Pattern, line: int, raw: str, body: str, ctx: FileContext,
     """``pat``'s fields when ``body`` is its message cut by a terminal or a paste and the next
     lines (at most MAX_JOINED in all, none with prefixes of its own) complete it; and the joined
     text. Joined as written (a terminal's wrap), else at a space (an editor's)."""
-    text = state.block_text
-    if text is None:
+    if state.block is None:
         return None, raw
     start = line - state.block_start  # the next line's index in the block
     exact = spaced = body
-    for n, cont in enumerate(text[start: start + MAX_JOINED - 1].to_list(), 1):
+    for n, cont in enumerate(state.block.following(start, MAX_JOINED - 1), 1):
         cont = cont.rstrip("\r")
         if not cont or cont.isspace() or _own_line(cont, ctx, state):
             break
@@ -1369,7 +1560,9 @@ SELF_RANK_SOURCE = r"(?i)^(?:global[_ ])?rank[ =:]?(\d+)(?:[:,|]| (?:[^ih]|i[^s]
 SELF_RANK = re.compile(SELF_RANK_SOURCE)
 _SELF_KEY = pl.col("text").str.extract(SELF_RANK_SOURCE, 1).alias("key")
 #: Every line SELF_RANK matches starts so ("global", "rank", any case).
-_SELF_START = pl.col("text").str.slice(0, 2).is_in(["gl", "gL", "Gl", "GL", "ra", "rA", "Ra", "RA"])
+_SELF_PAIRS = ("gl", "gL", "Gl", "GL", "ra", "rA", "Ra", "RA")
+_SELF_START = pl.col("text").str.slice(0, 2).is_in(list(_SELF_PAIRS))
+_SELF_PAIRS_BYTES = frozenset(p.encode() for p in _SELF_PAIRS)
 
 
 def _note_last(state: _State, line: int, text: str, info: LineInfo) -> None:
