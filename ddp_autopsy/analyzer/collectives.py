@@ -719,7 +719,11 @@ def _group_for_unprefixed(row: dict[str, Any],
         for g in groups.values():
             if g.stuck_at == seq or any(s.timed_out_at == seq for s in g.ranks.values()):
                 return g
-    return groups.get("0") or next((g for g in groups.values() if g.desc == "default_pg"), None)
+    # (one group named in the logs, no default one: the unprefixed line is that group's, as
+    # when a rank's own "[PG 1 Rank 1] ..." line was cut before its numbers)
+    return groups.get("0") or next((g for g in groups.values() if g.desc == "default_pg"),
+                                   None) or (next(iter(groups.values())) if len(groups) == 1
+                                             else None)
 
 
 def _apply_log_row(g: GroupTimeline, row: dict[str, Any]) -> None:

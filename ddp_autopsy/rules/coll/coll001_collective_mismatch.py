@@ -4,7 +4,11 @@
 Ranks disagree on the collective they are in: TORCH_DISTRIBUTED_DEBUG=DETAIL's "Detected
 mismatch between collectives on ranks" (op type, tensor shape, dtype or sequence number
 differ), or watchdog timeouts where ranks report different operations for the same sequence
-number (e.g. rank 0 in REDUCE #3742816 while the others are in _ALLGATHER_BASE #3742816), or
+number (e.g. rank 0 in REDUCE #3742816 while the others are in _ALLGATHER_BASE #3742816), or at
+different sequence numbers of one process group (ranks 1-2 in BROADCAST #532339, rank 0 in
+_ALLGATHER_BASE #532341; or a rank whose "last completed NCCL work" is past another's timed-out
+one): the watchdog reports a rank's oldest unfinished work, so the rank ahead finished a collective
+the others are still in, which only a different call there allows; or
 NCCL's own check: "Mismatched collective detected, please check your collective calls at and
 around rank 39" (2.4-2.6), "Your program may be hanging, this may be caused by a collective
 mismatch around rank 3", or DeepSpeed ZeRO-3's check of the parameters each rank fetched:
@@ -110,10 +114,12 @@ class CollectiveMismatch(Rule):
     slug = "collective-mismatch"
     cause = "collective_mismatch"
     severity = "critical"
+    optional = ("collective_report",)
 
     def check(self, job: Job) -> Iterator[Finding]:
         yield from self._fingerprints(job)
         yield from self._watchdog_ops(job)
+        yield from self._watchdog_seqs(job)
         yield from self._nccl_check(job)
         yield from self._zero3_traces(job)
         yield from self._one_host_stall(job)
@@ -297,6 +303,49 @@ class CollectiveMismatch(Rule):
                 ts=first_ts(rows),
                 details={"sequence_number": seq, "ops": {str(k): v for k, v in ops.items()}},
             )
+
+
+    def _watchdog_seqs(self, job: Job) -> Iterator[Finding]:
+        """Logs only: in one process group the watchdog timed ranks out at different
+        collectives. The watchdog reports a rank's oldest unfinished work, so a rank that timed
+        out at #N+k (or says it completed #N) finished #N, which another rank is still in: one
+        collective can only finish on some ranks when they called different ones there (a
+        1-element all_reduce against a large one, another op, a call only some ranks make)."""
+        for g in job.collective_report.groups:
+            if g.fr:
+                continue
+            timed = {r: st for r, st in g.ranks.items()
+                     if st.timed_out_at is not None and st.timed_out_op
+                     and st.timed_out_op.upper() not in P2P_OPS}
+            if len(timed) < 2:
+                continue
+            low = min(st.timed_out_at for st in timed.values())
+            ahead = {r for r, st in timed.items() if st.timed_out_at > low
+                     or (st.last_completed is not None and st.last_completed >= low)}
+            if not ahead:
+                continue
+            where = {r: f"{st.timed_out_op} #{st.timed_out_at}" for r, st in timed.items()}
+            culprits, majority = _minority(where)
+            behind = sorted(set(timed) - ahead)
+            stuck = ", ".join(sorted({where[r] for r in behind}))
+            past = ", ".join(sorted({where[r] for r in ahead}))
+            yield self.finding(
+                f"In {g.label} the ranks timed out at different collectives: "
+                f"{rank_phrase(behind)} in {stuck}, {rank_phrase(ahead)} already past it, in "
+                f"{past}. A collective can finish on some ranks only when they called a "
+                f"different one there (another op or size, or a call only some ranks make), so "
+                f"the ranks' sequences of collectives diverged at #{low}"
+                + (f"; {rank_phrase(culprits)} {'is' if len(culprits) == 1 else 'are'} the "
+                   "odd one" + ("s." if len(culprits) > 1 else ".") if majority else "."),
+                evidence=[evidence_of(r) for r in _prefer(g.log_rows, culprits)[:3]],
+                ranks=culprits if majority else (), confidence=0.6,
+                ts=first_ts(g.log_rows),
+                details={"process_group": g.name, "timed_out": {str(r): w for r, w in
+                                                                sorted(where.items())}})
+
+
+#: Point-to-point ops: their sequence numbers are not the collectives'.
+P2P_OPS = frozenset({"SEND", "RECV", "RECVANYSOURCE", "_COALESCED"})
 
 
 def _minority(value_of: dict[int, str]) -> tuple[set[int], bool]:
