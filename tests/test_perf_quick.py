@@ -87,10 +87,10 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _inputs(tmp_path_factory.mktemp("quick"))
 
 
-def _load(path: Path, monkeypatch: pytest.MonkeyPatch, *, quick: bool, presift: bool
-          ) -> tuple[job.Job, list[int]]:
-    """``path`` loaded with Hyperscan for every block, the quick sifting allowed or not; and the
-    sizes of the blocks it took."""
+def _load(path: Path, monkeypatch: pytest.MonkeyPatch, *, quick: bool, presift: bool,
+          numpy: bool = True) -> tuple[job.Job, list[int]]:
+    """``path`` loaded with Hyperscan for every block, the quick sifting allowed or not (its
+    newlines counted by numpy or by ``bytes.count``); and the sizes of the blocks it took."""
     taken: list[int] = []
     sift_quick = events._sift_quick
 
@@ -103,6 +103,8 @@ def _load(path: Path, monkeypatch: pytest.MonkeyPatch, *, quick: bool, presift: 
     with monkeypatch.context() as m:
         m.setattr(events, "HYPERSCAN_MIN", 0)
         m.setattr(events, "QUICK_MIN", 0)
+        m.setattr(events, "_np", None if numpy else False)
+        m.setattr(events, "NUMPY_AFTER", 0)
         m.setattr(events, "_sift_quick", recording)
         m.setattr(job, "PRESIFT_FILES", 2 if presift else 10**9)
         return job.load([path]), taken
@@ -111,11 +113,11 @@ def _load(path: Path, monkeypatch: pytest.MonkeyPatch, *, quick: bool, presift: 
 pytestmark = pytest.mark.skipif(events._hyperscan() is None, reason="Hyperscan not installed")
 
 
-@pytest.mark.parametrize("presift", [False, True])
-def test_quick_sifting_equals_polars(inputs: Path, presift: bool,
+@pytest.mark.parametrize(("presift", "numpy"), [(False, True), (True, True), (False, False)])
+def test_quick_sifting_equals_polars(inputs: Path, presift: bool, numpy: bool,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     slow, none = _load(inputs, monkeypatch, quick=False, presift=presift)
-    fast, taken = _load(inputs, monkeypatch, quick=True, presift=presift)
+    fast, taken = _load(inputs, monkeypatch, quick=True, presift=presift, numpy=numpy)
     assert not none and len(taken) > (200 if not presift else 10) and slow.events.height > 500
     assert_frame_equal(slow.events, fast.events)
     assert [n.to_dict() for n in slow.notes] == [n.to_dict() for n in fast.notes]

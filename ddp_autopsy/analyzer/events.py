@@ -43,7 +43,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
@@ -614,36 +614,34 @@ _hs_lock = threading.Lock()
 #: a letter whose run of ``[A-Za-z0-9_.-]`` is followed by ":" and then not by a space (NCCL's
 #: "host:pid:tid [3] NCCL INFO ..."), which no prefix can open: a file prefix's word is that run
 #: followed by ": " or " ", a stamp, a quote, a pytest "E" or a line prefix opens otherwise.
-#: Its first match in a file's first HEAD_BYTES is all :func:`_sift_quick` needs (one
-#: Hyperscan pass with the needles; ``tests/test_perf_quick.py`` checks it against ANY_PREFIX).
+#: Its first match in a file's first HEAD_BYTES is all :func:`_sift_quick` needs (a Hyperscan
+#: pass of its own, stopped there; ``tests/test_perf_quick.py`` checks it against ANY_PREFIX).
 MAYBE_PREFIXED = rb"^(?:[^A-Za-z\n]|[A-Za-z][A-Za-z0-9_.-]*(?:[^A-Za-z0-9_.:\n-]|: |:?$))"
-#: Hyperscan ids: the needles' are their index in NEEDLES; then MAYBE_PREFIXED's, then those of
-#: _SELF_OPENERS (a line that opens with its rank, see :func:`names_ranks`).
-_MAYBE_ID = len(NEEDLES)
-_OPENER_ID = _MAYBE_ID + 1
+#: Hyperscan ids: the needles' are their index in NEEDLES; then those of _SELF_OPENERS (a line
+#: that opens with its rank, see :func:`names_ranks`).
+_OPENER_ID = len(NEEDLES)
+_hs_maybe: Any = None  # MAYBE_PREFIXED's database
 
 
 def _hyperscan() -> Any:
     """The compiled needle database, or None (Hyperscan not installed, or it failed)."""
-    global _hs, _hs_db
+    global _hs, _hs_db, _hs_maybe
     if _hs is None:
         with _hs_lock:
             if _hs is None:
                 try:
                     import hyperscan
 
+                    # (as regexes: compiled faster than as literals, 28 against 40 ms)
                     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
                     exprs = [re.escape(n).encode() for n in NEEDLES]
-                    exprs += [MAYBE_PREFIXED, *(rb"\n" + o[1:] for o in _SELF_OPENERS)]
-                    single = hyperscan.HS_FLAG_MULTILINE | hyperscan.HS_FLAG_SINGLEMATCH
-                    plain = hyperscan.ExpressionExt(flags=0)
+                    exprs += [rb"\n" + o[1:] for o in _SELF_OPENERS]
                     db.compile(expressions=exprs, ids=list(range(len(exprs))),
-                               elements=len(exprs),
-                               flags=[single if i == _MAYBE_ID else 0 for i in range(len(exprs))],
-                               ext=[hyperscan.ExpressionExt(
-                                   flags=hyperscan.HS_EXT_FLAG_MAX_OFFSET, max_offset=HEAD_BYTES)
-                                   if i == _MAYBE_ID else plain for i in range(len(exprs))])
-                    _hs, _hs_db = hyperscan, db
+                               elements=len(exprs))
+                    maybe = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+                    maybe.compile(expressions=[MAYBE_PREFIXED], ids=[0], elements=1,
+                                  flags=hyperscan.HS_FLAG_MULTILINE)
+                    _hs, _hs_db, _hs_maybe = hyperscan, db, maybe
                 except Exception:  # not installed, or no wheel for this CPU: polars does it
                     _hs = False
     return _hs_db if _hs else None
@@ -669,7 +667,7 @@ def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = ()
         scratch = _hs_local.scratch = _hs.Scratch(db)
     ends: list[tuple[int, int]] = []
     db.scan(block, match_event_handler=lambda id_, _start, end, _flags, _ctx:
-            ends.append((end, id_)) if id_ < _MAYBE_ID else None, scratch=scratch)
+            ends.append((end, id_)) if id_ < _OPENER_ID else None, scratch=scratch)
     # Match ends as (offset, id), marks as (offset, MARK): a mark at a match's end comes after
     # it. Matches come in no promised order.
     points = sorted([*ends, *((m, MARK) for m in marks)])
@@ -691,12 +689,29 @@ def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = ()
     return found, marked, [frozenset(n) for n in needles], prefixed
 
 
-def _scratch() -> Any:
-    """This thread's Hyperscan scratch space (scans run on the pool's threads at once)."""
-    scratch = getattr(_hs_local, "scratch", None)
+def _scratch(maybe: bool = False) -> Any:
+    """This thread's Hyperscan scratch space (scans run on the pool's threads at once), for the
+    needles' database or MAYBE_PREFIXED's."""
+    name = "maybe" if maybe else "scratch"
+    scratch = getattr(_hs_local, name, None)
     if scratch is None:
-        scratch = _hs_local.scratch = _hs.Scratch(_hs_db)
+        scratch = _hs.Scratch(_hs_maybe if maybe else _hs_db)
+        setattr(_hs_local, name, scratch)
     return scratch
+
+
+def _first_maybe(block: bytes) -> int | None:
+    """Where the first line MAYBE_PREFIXED matches in the first HEAD_BYTES of ``block`` ends."""
+    found: list[int] = []
+
+    def stop(_id: int, _start: int, end: int, _flags: int, _ctx: Any) -> bool:
+        found.append(end)
+        return True  # the first is enough
+
+    with suppress(_hs.ScanTerminated):
+        _hs_maybe.scan(memoryview(block)[:HEAD_BYTES], match_event_handler=stop,
+                       scratch=_scratch(True))
+    return found[0] if found else None
 
 
 #: Blocks of at least this many bytes are worth :func:`_sift_quick` (and a file this large is
@@ -718,10 +733,10 @@ def _sift_quick(block: bytes) -> _Sifted | None:
     ends: list[tuple[int, int]] = []
     other: list[tuple[int, int]] = []
     db.scan(block, match_event_handler=lambda id_, _start, end, _flags, _ctx:
-            (ends if id_ < _MAYBE_ID else other).append((end, id_)), scratch=_scratch())
+            (ends if id_ < _OPENER_ID else other).append((end, id_)), scratch=_scratch())
     ends.sort()
     size = len(block)
-    maybe = min((end for end, id_ in other if id_ == _MAYBE_ID), default=None)
+    maybe = _first_maybe(block)
     # The head's newlines counted up to HEAD_BYTES: the first SAMPLE_LINES lines must end
     # there (else a prefix could open beyond what the scan looked at for MAYBE_PREFIXED).
     marks = sorted({end for end, _ in ends} | {min(size, HEAD_BYTES)}
@@ -758,21 +773,25 @@ def _sift_quick(block: bytes) -> _Sifted | None:
     if tails is None:
         return None
     if any(end - len(_SELF_OPENERS[id_ - _OPENER_ID]) >= size - _SELF_BYTES
-           for end, id_ in other if id_ >= _OPENER_ID) or block[:4].lower() in (b"rank", b"glob"):
+           for end, id_ in other) or block[:4].lower() in (b"rank", b"glob"):
         tails += _self_named_bytes(block, total)  # names_ranks(block)
     return _Sifted(None, None, NO_PREFIX, False, False, tails, found=found, rows=rows,
                    lines=total, after=after)
 
 
-_np: Any = None  # numpy, False without it
+_np: Any = None  # numpy once imported, False without it
+#: Blocks counted by ``bytes.count`` before numpy is imported (~0.07 s, paid back after ~350
+#: blocks of 0.8 MB).
+NUMPY_AFTER = 256
+_counted = 0
 
 
 def _newlines_before(block: bytes, offsets: list[int]) -> list[int]:
     """The newlines of ``block`` before each of ``offsets`` (ascending), and in all of it
     last: by numpy when it is installed (0.1 ms a 0.8 MB file, off the GIL, where
-    ``bytes.count`` takes 0.25-0.4 ms holding it)."""
-    global _np
-    if _np is None:
+    ``bytes.count`` takes 0.25-0.4 ms holding it), from the NUMPY_AFTER-th block on."""
+    global _np, _counted
+    if _np is None and _counted >= NUMPY_AFTER:
         try:
             import numpy
 
@@ -788,6 +807,7 @@ def _newlines_before(block: bytes, offsets: list[int]) -> list[int]:
             pos = offset
             out.append(count)
         return out
+    _counted += 1
     for offset in [*offsets, len(block)]:
         count += block.count(b"\n", pos, offset)
         pos = offset
