@@ -313,6 +313,12 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      {"signum": 11, "pid": 956}),
     ("native_signal", "[pontus:72547] Signal: Segmentation fault: 11 (11)", {"signum": 11}),
     ("native_signal", "[rtptest1621:405884] *** Process received signal ***", {"pid": 405884}),
+    ("external_signal", "[2026-04-20T03:25:23.011] error: *** STEP 1942963.1 ON",
+     {"what": "STEP", "id": "1942963.1"}),
+    ("python_start_failed", "/usr/bin/python3: No module named train_ddp",
+     {"module": "train_ddp"}),
+    ("python_start_failed", "/opt/conda/bin/python: can't open file '/workspace/train.py': "
+     "[Errno 2] No such file or directory", {"path": "/workspace/train.py", "errno": 2}),
 ]
 
 

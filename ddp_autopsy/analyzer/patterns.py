@@ -734,11 +734,14 @@ PATTERNS: tuple[Pattern, ...] = (
     # ("*** STEP 5559.0 ON node3 CANCELLED AT 2025-01-10T15:27:25 DUE TO TIME LIMIT ***").
     _p(
         "external_signal",
-        ("Received SIG", "this job is preempted", "CANCELLED AT"),
+        ("Received SIG", "this job is preempted", "CANCELLED AT", "*** STEP ", "*** JOB "),
         r"(?:Received (?P<signame>SIG[A-Z0-9]+): (?P<signum>\d+)"
         r"|Caught signal (?P<signame2>\w+) on (?P<host>\S+): this job is preempted"
         r"|\*\*\* (?P<what>JOB|STEP) (?P<id>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
-        r"(?: DUE TO (?P<reason>[A-Z][A-Z ]*[A-Z]))?)",
+        r"(?: DUE TO (?P<reason>[A-Z][A-Z ]*[A-Z]))?"
+        # the same line cut after "ON" or its node (slurmstepd prints "*** JOB|STEP <id> ON"
+        # only in this message)
+        r"|\*\*\* (?P<what2>JOB|STEP) (?P<id2>\d[\w.+]*) ON(?: (?P<node2>\S+))?\s*$)",
         signum=int,
     ),
     # A C++ exception nobody caught (the watchdog's, or any c10::Error): the process aborts
@@ -933,6 +936,20 @@ PATTERNS: tuple[Pattern, ...] = (
         "NVRM: Xid",
         r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+),? ?(?P<msg>.*)",
         xid=int,
+    ),
+    # CPython failing to start the script it was given, before any traceback (runpy's
+    # _run_module_as_main, Modules/main.c): "/usr/bin/python: Error while finding module
+    # specification for 'axolotl.cli.train' (ModuleNotFoundError: No module named 'axolotl')",
+    # "python3: No module named train", "python: can't open file '/work/train.py': [Errno 2] No
+    # such file or directory". Each process the launcher started dies at once.
+    _p(
+        "python_start_failed",
+        ("Error while finding module specification", "can't open file '", ": No module named "),
+        r"^(?P<exe>\S*python[\w.]*): (?:Error while finding module specification for "
+        r"'(?P<module>[^']+)' \((?P<type>\w+): (?P<msg>.*?)\)?$"
+        r"|can't open file '(?P<path>[^']+)': \[Errno (?P<errno>\d+)\] (?P<msg2>.+)"
+        r"|No module named (?P<module2>\S+)$)",
+        errno=int,
     ),
     # DDP's reducer (reducer.cpp Reducer::mark_variable_ready): one parameter's gradient hook
     # fired twice in one iteration (reentrant backward, e.g. gradient checkpointing with
@@ -1391,6 +1408,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "shm_error": {"failure"},
     "ddp_ready_twice": {"failure"},
     "gpu_xid": {"failure"},
+    "python_start_failed": {"failure", "crash"},
     "network_error": {"failure"},
     "nccl_proxy_peer_closed": {"info"},
     "ray_worker_died": {"failure", "crash"},

@@ -57,6 +57,7 @@ from ddp_autopsy.rules.base import (
     Rule,
     earliest_first,
     evidence_of,
+    excerpt,
     first_ts,
     rank_phrase,
     subject,
@@ -153,6 +154,20 @@ class RankCrashed(Rule):
                 details={"exception": first["data"].get("type"), "message": first["data"].get("msg"),
                          "frame": first["data"].get("frame"), "exitcode": code},
             )
+            return
+        # The interpreter could not even start the script: every process so started died at
+        # once, before any traceback (the launcher's exit codes only echo it).
+        started = earliest_first(job.rows("python_start_failed"))
+        if started:
+            first = started[0]
+            ranks = {r["rank"] for r in started if r["rank"] is not None}
+            yield self.from_rows(
+                started, f"{subject(ranks, 'The workers')} could not start: "
+                f"{excerpt(first['text'])} (the module or script is not where the interpreter "
+                "looks: the package is not installed in this environment, the working directory "
+                "or PYTHONPATH differs on this node, or the path is wrong).", shown=2,
+                ranks=ranks, confidence=0.7, details={"module": first["data"].get("module"),
+                                                      "path": first["data"].get("path")})
             return
         # A sticky CUDA error kills its process's CUDA context: the rank it names is gone, even
         # when only its watchdog thread re-raised it ("Process group watchdog thread terminated
