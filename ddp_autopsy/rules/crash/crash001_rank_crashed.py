@@ -161,6 +161,9 @@ class RankCrashed(Rule):
         if started:
             first = started[0]
             ranks = {r["rank"] for r in started if r["rank"] is not None}
+            if not ranks:  # the launcher's report of the first exit names it
+                exits = earliest_first([*roots, *job.rows("worker_failed")])
+                ranks = {r["rank"] for r in exits[:1] if r["rank"] is not None}
             yield self.from_rows(
                 started, f"{subject(ranks, 'The workers')} could not start: "
                 f"{excerpt(first['text'])} (the module or script is not where the interpreter "
