@@ -65,7 +65,8 @@ class OutOfMemory(Rule):
             return
         ranks = ranks_of(rows) or {int(r["data"]["victim"]) for r in rows
                                    if r["data"].get("victim") is not None} \
-            or self._proxy_rank(job, rows) or self._failed_worker(job)
+            or self._proxy_rank(job, rows) or self._failed_worker(job) \
+            or self._srun_tasks(job, rows)
         by_gpu = False
         if not ranks and not job.ranks.height and declared_nodes(job.events) <= 1:
             # nothing names a rank: one process per GPU on one node makes "GPU N" local rank N
@@ -100,6 +101,22 @@ class OutOfMemory(Rule):
                   if r["cue"] in SUBJECT_CUES and r["rank"] is not None
                   and r["data"].get("exitcode") not in (None, 0)}
         return sorted(failed) if len(failed) == 1 else []
+
+    @staticmethod
+    def _srun_tasks(job: Job, rows: list[dict[str, Any]]) -> set[int]:
+        """srun's "srun: error: gpu20-15: task 0: Out Of Memory" names a task: the rank
+        (SLURM_PROCID) when srun started the ranks itself, a node's launcher when it started
+        torchrun or another agent (whose lines then are in the inputs, and say nothing here)."""
+        if job.rows("worker_failed", "elastic_failure", "closing_signal", "agent_signal",
+                    "launch_nodes", "spawn_failed"):
+            return set()
+        tasks: set[int] = set()
+        for r in rows:
+            for part in str(r["data"].get("tasks") or "").strip("[]").split(","):
+                lo, _, hi = part.partition("-")
+                if lo.isdigit() and (not hi or hi.isdigit()):
+                    tasks |= set(range(int(lo), int(hi or lo) + 1))
+        return tasks
 
     def _ray_worker_died(self, job: Job) -> Iterator[Finding]:
         """A Ray actor's process that exited without Ray asking (SYSTEM_ERROR) and with no

@@ -79,6 +79,13 @@ def _what(row: dict[str, Any]) -> str | None:
     return _signame(d.get("signame") or d.get("signal") or d.get("signum"))
 
 
+def _after_task_failure(job: Job, cancel: dict[str, Any]) -> bool:
+    """Whether a task failure (an out-of-memory kill, srun's "task N: Exited with exit code",
+    a signal a process died of) came before ``cancel`` in its own file."""
+    return any(r["source"] == cancel["source"] and (r["line"] or 0) < (cancel["line"] or 0)
+               for r in job.rows("oom", "srun_task_failed", "native_signal"))
+
+
 class JobTerminated(Rule):
     code = "CRASH003"
     slug = "job-terminated"
@@ -105,6 +112,14 @@ class JobTerminated(Rule):
             name = next((w for w in whats if w in FORWARDED), whats[0])
             why = WHY.get(name, f"it received {name}")
         evidence_rows = [r for r, w in stops if w == cancelled] or [r for r, _ in stops]
+        if set(whats) == {"CANCELLED"} and _after_task_failure(job, evidence_rows[0]):
+            # A bare step cancel after a task of that step failed: srun tearing the step down
+            # (--kill-on-bad-exit, or the step ending with the task), not an outside stop.
+            yield self.from_rows(
+                evidence_rows, "SLURM cancelled the job step after one of its tasks had failed: "
+                "srun's teardown of the step, a consequence of that failure.", shown=1,
+                ranks=(), confidence=0.4, role="symptom", details={"signals": ["CANCELLED"]})
+            return
         yield self.from_rows(
             evidence_rows, f"The job was stopped from outside, not by a failing rank: {why}.",
             shown=2, ranks=(), confidence=0.75,
