@@ -319,6 +319,9 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      {"module": "train_ddp"}),
     ("python_start_failed", "/opt/conda/bin/python: can't open file '/workspace/train.py': "
      "[Errno 2] No such file or directory", {"path": "/workspace/train.py", "errno": 2}),
+    ("mpi_process_exit", "mpirun noticed that process rank 1 with PID xxxxxx on node xxxxxxxx "
+     "exited on signal 9 (Killed).", {"rank": 1, "signum": 9}),
+    ("mpi_process_exit", "  Process name: [[50371,1],3]", {"rank": 3}),
 ]
 
 

@@ -122,6 +122,7 @@ OWN_PATTERNS: tuple[P.Pattern, ...] = tuple(
 #: Event kinds whose ``rank`` field is the writer's own global rank, and the cue it gives.
 WRITER_RANK_FIELDS = {
     "run_start": "Lightning GLOBAL_RANK line",  # "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4"
+    "mpi_process_exit": "mpirun's report of the process",  # "... process rank 2 with PID ..."
 }
 PATTERNS: tuple[P.Pattern, ...] = (*P.PATTERNS, *OWN_PATTERNS)
 #: Which patterns a needle may start: a candidate line is tried only against the patterns

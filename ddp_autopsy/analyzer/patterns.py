@@ -937,6 +937,22 @@ PATTERNS: tuple[Pattern, ...] = (
         r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+),? ?(?P<msg>.*)",
         xid=int,
     ),
+    # Open MPI's launcher (orterun/prterun errmgr help texts) when a rank's process died:
+    # "mpirun noticed that process rank 2 with PID 4711 on node gpu3 exited on signal 9
+    # (Killed).", "... exited on signal 11 (Segmentation fault)." (mpiexec, orterun, prterun
+    # alike; pid and node may be anonymised in a paste), and its first-failure block, "The first
+    # process to do so was:" / "  Process name: [[50371,1],0]" / "  Exit code: 1" (the rank is
+    # the process name's last number). The rank is mpirun's, which is the job's global rank.
+    _p(
+        "mpi_process_exit",
+        ("noticed that process rank", "Process name: [["),
+        r"(?:(?:mpirun|mpiexec|orterun|prterun|prte) noticed that process rank (?P<rank>\d+) with "
+        r"PID (?P<pid>\S+) on node (?P<node>\S+) exited on signal (?P<signum>\d+)"
+        r"(?: \((?P<signame>[^)]+)\))?"
+        r"|^\s*Process name: \[\[\d+,\d+\],(?P<rank2>\d+)\]\s*$)",
+        rank=int,
+        signum=int,
+    ),
     # CPython failing to start the script it was given, before any traceback (runpy's
     # _run_module_as_main, Modules/main.c): "/usr/bin/python: Error while finding module
     # specification for 'axolotl.cli.train' (ModuleNotFoundError: No module named 'axolotl')",
@@ -1409,6 +1425,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "ddp_ready_twice": {"failure"},
     "gpu_xid": {"failure"},
     "python_start_failed": {"failure", "crash"},
+    "mpi_process_exit": {"failure", "crash"},
     "network_error": {"failure"},
     "nccl_proxy_peer_closed": {"info"},
     "ray_worker_died": {"failure", "crash"},

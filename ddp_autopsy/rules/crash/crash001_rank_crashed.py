@@ -80,7 +80,9 @@ CONSEQUENCE = re.compile(
     # Ray's driver reporting that an actor's process is gone
     r"|ActorDiedError|The actor died unexpectedly"
     # vLLM's front end when its engine process failed to start (v1/engine/utils.py)
-    r"|See root cause above",
+    r"|See root cause above"
+    # Horovod's every other rank after one failed (common/operations.cc SHUT_DOWN_ERROR)
+    r"|Horovod has been shut down",
     re.I,
 )
 
@@ -328,8 +330,11 @@ class RankCrashed(Rule):
         # inputs: a native crash, signal unknown.
         unnamed = [r for r in signals if "signum" not in r["data"]
                    and (r["host"], r["data"].get("pid")) not in named]
-        exits = earliest_first([*unnamed, *(
-            r for r in job.rows("worker_failed", "worker_signal", "native_signal")
+        # Open MPI's "The first process to do so was: Process name: [[J,N],R]" (non-zero exit)
+        first_out = [r for r in job.rows("mpi_process_exit") if "signum" not in r["data"]]
+        exits = earliest_first([*unnamed, *first_out, *(
+            r for r in job.rows("worker_failed", "worker_signal", "native_signal",
+                                "mpi_process_exit")
             if _crash_exit(_exit_code(r["data"]))
             # (an abort no rank is named on, beside a watchdog's abort, is taken for it)
             and not (_exit_code(r["data"]) == -6 and aborted
@@ -344,7 +349,10 @@ class RankCrashed(Rule):
                    if d.get("pid") else "")
             sig = signal_name(d["exitcode"]) if isinstance(d["exitcode"], int) \
                 and d["exitcode"] < 0 else None
-            how = ("received a fatal signal (its handler's report is cut before the signal's "
+            how = ("was the first process to exit with a non-zero status, by mpirun's report "
+                   "(its own error is not in the inputs: look at its output above the report)"
+                   if exits[0] in first_out else
+                   "received a fatal signal (its handler's report is cut before the signal's "
                    "name): a crash in native code (a CUDA or NCCL call, an extension), with no "
                    "Python traceback the inputs show" if d["exitcode"] is None else
                    f"was killed by {sig} (exit code {d['exitcode']}): {NATIVE_SIGNALS[sig]}, "

@@ -145,7 +145,7 @@ class OutOfMemory(Rule):
         if any(r["data"].get("signal") == "SIGKILL" for r in job.rows("closing_signal")):
             return  # the launcher's own SIGKILL, after SIGTERM did not stop it: not the kernel
         killed = [r for r in job.rows("elastic_failure", "worker_failed", "spawn_failed",
-                                      "native_signal")
+                                      "native_signal", "mpi_process_exit")
                   if r["data"].get("exitcode") == -9 or r["data"].get("signal") == "SIGKILL"
                   or r["data"].get("signum") == 9
                   or "SIGKILL" in str(r["data"].get("traceback", ""))]

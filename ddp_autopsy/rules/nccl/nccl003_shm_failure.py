@@ -66,7 +66,8 @@ class ShmFailure(Rule):
         of a memory-mapped file that has no backing, and /dev/shm out of space is how a training
         job gets there (NCCL's and the DataLoader's segments live there)."""
         rows = [r for r in job.rows("native_signal") if r["data"].get("signum") == 7] + [
-            r for r in job.rows("worker_failed", "worker_signal", "elastic_failure")
+            r for r in job.rows("worker_failed", "worker_signal", "elastic_failure",
+                                "mpi_process_exit")
             if r["data"].get("exitcode") == -7 or r["data"].get("signum") == 7
             or "SIGBUS" in str(r["data"].get("traceback", ""))] + [
             r for r in job.rows("exception") if "is killed by signal: Bus error" in r["text"]]
