@@ -4,7 +4,8 @@
 Ranks disagree on the collective they are in: TORCH_DISTRIBUTED_DEBUG=DETAIL's "Detected
 mismatch between collectives on ranks" (op type, tensor shape, dtype or sequence number
 differ), or watchdog timeouts where ranks report different operations for the same sequence
-number (e.g. rank 0 in REDUCE #3742816 while the others are in _ALLGATHER_BASE #3742816), or at
+number (e.g. rank 0 in REDUCE #3742816 while the others are in _ALLGATHER_BASE #3742816; or the
+same op with another NumelIn), or at
 different sequence numbers of one process group (ranks 1-2 in BROADCAST #532339, rank 0 in
 _ALLGATHER_BASE #532341; or a rank whose "last completed NCCL work" is past another's timed-out
 one): the watchdog reports a rank's oldest unfinished work, so the rank ahead finished a collective
@@ -283,7 +284,10 @@ class CollectiveMismatch(Rule):
             rank = r["rank"] if r["rank"] is not None else d.get("pgrank")
             if rank is None or "seq" not in d:
                 continue
-            by_seq[d["seq"]][rank] = d["op"]
+            # (the same op with another size is another call too: a 1-element metric against
+            # a gradient bucket)
+            by_seq[d["seq"]][rank] = d["op"] + (f" of {d['nin']} elements"
+                                                if d.get("nin") is not None else "")
             rows_by_seq[d["seq"]].append(r)
         for seq, ops in sorted(by_seq.items()):
             if len(set(ops.values())) < 2:

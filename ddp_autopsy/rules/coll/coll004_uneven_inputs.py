@@ -4,7 +4,9 @@
 In the stack dumps of a hung DDP job, most ranks wait in DDP's gradient all-reduce (idle inside
 `loss.backward()`), while the other ranks have left the training loop: they wait in a different
 collective after it (a final `barrier`, an evaluation `all_reduce`, `destroy_process_group`) or
-their processes are gone.
+their processes are gone. From logs alone: the ranks' watchdog timeouts at one collective number
+with one op but different sizes (a gradient bucket of millions of elements against a 1-element
+metric) when the ranks of the small one said they had started evaluating or validating.
 
 ## Why it hangs or kills the job
 DDP all-reduces gradients in every backward pass, so every rank must run the same number of
@@ -62,6 +64,7 @@ Thread 702 (idle): "MainThread"
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import polars as pl
@@ -93,6 +96,7 @@ class UnevenInputs(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         yield from self._join_exhausted(job)
         yield from self._finished_first(job)
+        yield from self._left_for_evaluation(job)
         if job.stacks.height:
             yield from self._in_backward(job)
 
@@ -117,6 +121,34 @@ class UnevenInputs(Rule):
             evidence=[evidence_of(first), evidence_of(lost[0])], ranks=sorted(done),
             confidence=0.55, ts=first_ts(lost),
             details={"exhausted": sorted(done), "waiting": sorted(waiting)})
+
+    def _left_for_evaluation(self, job: Job) -> Iterator[Finding]:
+        """Logs only: ranks timed out at the same collective number with the same op but
+        different sizes (a gradient bucket of millions of elements on some, a 1-element metric
+        on others), and the ranks of the smaller one said they had started evaluating or
+        validating: they ran out of training batches first and went on to their evaluation's
+        collectives while the others still trained."""
+        sized = split_sizes(job)
+        if sized is None:
+            return
+        seq, op, sizes, rows = sized
+        small = min(sizes.values())
+        evaluating = {r for r in ((w["data"].get("rank", w["rank"])) for w in
+                                  job.rows("rank_local_work")
+                                  if EVALUATION.search(w["data"].get("what") or ""))
+                      if r is not None and sizes.get(r) == small}
+        big = {r for r, n in sizes.items() if n != small}
+        if not evaluating or not big:
+            return
+        yield self.finding(
+            f"{rank_phrase(evaluating).capitalize()} had left training for evaluation while "
+            f"{rank_phrase(big)} still trained: at {op} #{seq} "
+            f"{rank_phrase(big)} all-reduced {max(sizes.values())} elements (a gradient bucket) "
+            f"and {rank_phrase(evaluating)} {small} (an evaluation metric), so the ranks have "
+            "different numbers of training batches (uneven inputs) and the ones with fewer "
+            "went on first.", evidence=[evidence_of(r) for r in rows[:3]],
+            ranks=sorted(evaluating), confidence=0.75, ts=first_ts(rows),
+            details={"sequence_number": seq, "numel": {str(k): v for k, v in sizes.items()}})
 
     def _join_exhausted(self, job: Job) -> Iterator[Finding]:
         """DDP's Join context said so itself (throw_on_early_termination=True), or a trainer
@@ -196,3 +228,27 @@ class UnevenInputs(Rule):
         )
         dumped = {p.rank for p in tree.procs}
         return {int(r) for r in exited["rank"].to_list()} - dumped
+
+
+#: What a rank-local-work line says that means evaluation rather than a checkpoint.
+EVALUATION = re.compile(r"(?i)^(?:evaluat|validat|predict)")
+
+
+def split_sizes(job: Job) -> tuple[int, str, dict[int, int], list] | None:
+    """(seq, op, rank -> NumelIn, rows) when watchdog timeouts put ranks at one collective
+    number with one op but different sizes, else None."""
+    by_seq: dict[int, dict[int, tuple[str, int]]] = {}
+    rows_of: dict[int, list] = {}
+    for r in job.rows("watchdog_timeout"):
+        d = r["data"]
+        rank = r["rank"] if r["rank"] is not None else d.get("pgrank")
+        if rank is None or d.get("seq") is None or d.get("nin") is None or not d.get("op"):
+            continue
+        by_seq.setdefault(d["seq"], {})[rank] = (d["op"], d["nin"])
+        rows_of.setdefault(d["seq"], []).append(r)
+    for seq, at in sorted(by_seq.items()):
+        ops = {op for op, _ in at.values()}
+        sizes = {rank: n for rank, (_, n) in at.items()}
+        if len(ops) == 1 and len(set(sizes.values())) > 1:
+            return seq, ops.pop(), sizes, rows_of[seq]
+    return None

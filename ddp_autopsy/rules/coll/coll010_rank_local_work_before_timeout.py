@@ -75,6 +75,11 @@ class RankLocalWorkBeforeTimeout(Rule):
         waiting = ranks_of(timeouts) - busy
         if ranks_of(timeouts) and not waiting:
             return  # only the busy ranks themselves timed out: not others waiting for them
+        seqs = {r["rank"]: r["data"].get("seq") for r in timeouts
+                if r["rank"] is not None and r["data"].get("seq") is not None}
+        if busy <= set(seqs) and {seqs[r] for r in busy} <= {seqs[r] for r in waiting
+                                                              if r in seqs}:
+            return  # the busy ranks timed out in the same collective: they were in it (COLL004)
         rows = sorted(last.values(), key=lambda r: (r["source"], r["line"]))
         d = rows[-1]["data"]
         what = (d.get("what") or "its own work").lower()

@@ -295,10 +295,11 @@ def same_call_stall(job: Job) -> tuple[list[dict[str, Any]], set[int], str] | No
         return None
     if any(not CONSEQUENCE.search(r["text"]) for r in job.rows("exception")):
         return None  # a rank's own error is the story
-    where = {(r["data"].get("op"), r["data"].get("seq")) for r in hang
+    where = {(r["data"].get("op"), r["data"].get("seq"), r["data"].get("nin")) for r in hang
              if r["kind"] == "watchdog_timeout"}
     funcs = {r["data"]["frame"]["func"] for r in frames.values()}
     if len(where) > 1 or len(funcs) > 1:
         return None  # not the same collective: a mismatch, not a stall
-    what = next(iter(funcs), None) or next((op for op, _ in where if op), "the same collective")
+    what = next(iter(funcs), None) or next((op for op, _, _ in where if op),
+                                           "the same collective")
     return hang, ranks, what
