@@ -15,16 +15,18 @@ corpus_score = importlib.util.module_from_spec(spec)
 sys.modules["corpus_score"] = corpus_score  # its dataclasses look their module up
 spec.loader.exec_module(corpus_score)
 
-CAUSE_FLOOR = 0.89  # measured 391/433 = 0.903 (291/322 before the blind s11-s14 batches)
-CULPRIT_FLOOR = 0.88  # of the cases whose truth names culprit ranks: measured 109/121 = 0.901
+CAUSE_FLOOR = 0.89  # measured 455/505 = 0.901 (391/433 before the blind s15-s17 batches)
+CULPRIT_FLOOR = 0.88  # of the cases whose truth names culprit ranks: measured 122/138 = 0.884
 #: Cases with no verdict, each because its log holds no failure line: the failure is only in the
 #: thread's prose (s7-032: slurmd's configuration noise), or the log is progress bars and
 #: printouts of uneven data (s6-012, s9-020, s9-029), or NCCL's start-up lines whose only WARN is
 #: the benign "Failed to open libibverbs.so" before the paste stops (s11-007, s11-009, s11-021), or
 #: a hang shown only by stack dumps of one process (s14-018, s14-020), NCCL's per-collective INFO
-#: lines (s14-017), or a traceback's frames with neither header nor exception (s14-010).
+#: lines (s14-017), or a traceback's frames with neither header nor exception (s14-010), or a
+#: gdb backtrace of a process blocked in a store read (s15-005), or NCCL INFO lines up to a hang
+#: in set-up (s15-013).
 SILENT_ALLOWED = {"s6-012", "s7-032", "s9-020", "s9-029", "s11-007", "s11-009", "s11-021",
-                  "s14-010", "s14-017", "s14-018", "s14-020"}
+                  "s14-010", "s14-017", "s14-018", "s14-020", "s15-005", "s15-013"}
 
 
 def test_the_corpus_verdicts_do_not_regress() -> None:
