@@ -4,10 +4,16 @@
     python benchmarks/bench_analyze.py nccl-files --ranks 4096 --size 4G
     python benchmarks/bench_analyze.py --path benchmarks/out/slurm-64   # measure existing data
     python benchmarks/bench_analyze.py --per-rank                       # issue #18's layouts
+    # issue #18's measurement in one command: the per-rank layouts and the one large file,
+    # today's code against a commit's, inputs generated once under --out and reused after:
+    python benchmarks/bench_analyze.py --per-rank --single --out /tmp/bench \
+        --baseline-commit 9406a5e --runs 3
 
 ``--per-rank`` generates the one-file-per-rank layouts at 0.8 MB per rank (torchrun
 ``--log-dir`` trees at 256 and 1024 ranks, an NCCL_DEBUG_FILE per process at 4096: 4.3 GB in
-all) and measures each; ``--per-rank --mb-per-rank 0.05 --runs 1`` is a quick check.
+all) and measures each; ``--per-rank --mb-per-rank 0.05 --runs 1`` is a quick check. ``--single``
+adds one srun ``--label`` file of 1 GB (64 ranks). An input already generated under ``--out``
+with the same layout, ranks and size is reused (``--regenerate``: made anew).
 
 For each input it reports, warm cache (every file is read once first), the best of ``--runs``
 alternating runs of each tool, wall and CPU time (user + sys: other work on a shared machine
@@ -159,8 +165,34 @@ def bench(path: Path, runs: int, baseline: Path | None = None) -> dict:
     return row
 
 
-#: Issue #18's one-file-per-rank layouts: (layout, ranks).
-PER_RANK = (("logdir", 256), ("logdir", 1024), ("nccl-files", 4096))
+#: Issue #18's one-file-per-rank layouts: (layout, ranks, directory under --out).
+PER_RANK = (("logdir", 256, "logdir-256"), ("logdir", 1024, "logdir-1024"),
+            ("nccl-files", 4096, "nccl-4096"))
+#: The large single file beside them: (layout, ranks, directory, size).
+SINGLE = ("slurm", 64, "slurm-64", 1 << 30)
+
+
+def generated(layout: str, ranks: int, size: int, out: Path, again: bool = False) -> Path:
+    """``out``, generated unless it holds this layout, ranks and size already (within 10 %)."""
+    meta = out / "expected.json"
+    if not again and meta.exists():
+        known = json.loads(meta.read_text())
+        if known.get("layout") == layout and known.get("ranks") == ranks \
+                and abs(known.get("bytes", 0) - size) <= 0.1 * size:
+            return out
+    return generate(layout, ranks, size, out=out)
+
+
+def baseline_tree(commit: str) -> Path:
+    """The package as it was at ``commit`` (``git archive``), in a temporary directory."""
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix=f"ddp-autopsy-{commit[:12]}-"))
+    repo = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "-C", str(repo), "archive", commit], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    return root
 HEADER = ("| input | files | size | analyze (wall / CPU) | peak RSS | baseline (wall / CPU / RSS) "
           "| rg -c same patterns (wall / CPU) | ratio (wall; CPU) | rg -c six literals | ratio "
           "| culprit | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -202,10 +234,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--baseline", type=Path, metavar="DIR",
                     help="also time another checkout's code (e.g. a `git worktree` of the "
                          "commit before a change) in the same run, alternating")
+    ap.add_argument("--baseline-commit", metavar="REV",
+                    help="--baseline with the code of this commit (git archive)")
+    ap.add_argument("--single", action="store_true",
+                    help="with --per-rank: also the one large srun --label file (1 GB)")
+    ap.add_argument("--regenerate", action="store_true",
+                    help="generate --per-rank / --single inputs even when --out holds them")
     args = ap.parse_args(argv)
+    if args.baseline_commit:
+        args.baseline = baseline_tree(args.baseline_commit)
     if args.per_rank:
-        inputs = [generate(layout, ranks, int(ranks * args.mb_per_rank * 1e6),
-                           out=args.out / f"{layout}-{ranks}") for layout, ranks in PER_RANK]
+        inputs = [generated(layout, ranks, int(ranks * args.mb_per_rank * 1e6),
+                            args.out / name, args.regenerate) for layout, ranks, name in PER_RANK]
+        if args.single:
+            layout, ranks, name, size = SINGLE
+            inputs.append(generated(layout, ranks, size, args.out / name, args.regenerate))
     elif args.path:
         inputs = args.path
     elif args.layout is not None:
@@ -213,7 +256,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                            out=args.out / f"{args.layout}-{args.ranks}")]
     else:
         ap.error("give a layout to generate, --per-rank, or --path")
-    print(f"machine: {machine()}")
+    print(f"machine: {machine()}" + (f"; baseline: {args.baseline}" if args.baseline else ""))
     print(HEADER)
     rows = []
     for path in inputs:

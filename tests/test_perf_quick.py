@@ -171,3 +171,18 @@ def test_every_line_a_prefix_may_open_is_looked_at(inputs: Path) -> None:
     assert tried > 1000
     # and lines it tells apart: NCCL's, which no prefix opens
     assert not maybe.match("gpu-node0112:206293:206293 [3] NCCL INFO Using network IB")
+
+
+def test_a_small_file_needs_no_hyperscan(tmp_path: Path) -> None:
+    """Hyperscan (its import, its databases: ~50 ms and ~30 MB) only for large blocks."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "ten.log"
+    log.write_text("step 1\n[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                   "allocate 2.00 GiB\n" * 5)
+    code = ("import sys; from ddp_autopsy.analyzer.job import load; load([sys.argv[1]]); "
+            "print(sorted({'hyperscan', 'numpy'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"

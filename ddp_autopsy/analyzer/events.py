@@ -250,7 +250,7 @@ class FileContext:
 
     @property
     def reference(self) -> Reference:
-        return Reference.at(self.ref_time) if self.ref_time else Reference(self.year)
+        return _reference(self.ref_time, self.year)
 
     @property
     def stream(self) -> str | None:
@@ -259,6 +259,12 @@ class FileContext:
         if self.task is not None:
             return f"t={self.task}"
         return "file" if self.local_rank is not None or self.pid is not None else None
+
+
+@functools.lru_cache(maxsize=256)
+def _reference(ref_time: datetime | None, year: int) -> Reference:
+    """(read for every line parsed: made once per file time)"""
+    return Reference.at(ref_time) if ref_time else Reference(year)
 
 
 @dataclass
@@ -727,9 +733,11 @@ def _sift_quick(block: bytes) -> _Sifted | None:
     lines that open with their rank; line numbers are newlines counted in the bytes; only the
     candidates, the lines after them and the last lines are cut out and decoded. None: sift it
     with polars (:func:`_sift`), which gives the same for every block this takes."""
-    db = _hyperscan()
-    if db is None or len(block) < max(QUICK_MIN, HYPERSCAN_MIN) or not block.isascii() \
-            or b"\r" in block or b"\x1b" in block:  # (ASCII: no box, no bad UTF-8)
+    if len(block) < max(QUICK_MIN, HYPERSCAN_MIN) or not block.isascii() or b"\r" in block \
+            or b"\x1b" in block:  # (ASCII: no box, no bad UTF-8)
+        return None
+    db = _hyperscan()  # (not before: a small file needs no Hyperscan, ~50 ms and 30 MB)
+    if db is None:
         return None
     ends: list[tuple[int, int]] = []
     other: list[tuple[int, int]] = []
@@ -802,9 +810,9 @@ def _newlines_before(block: bytes, offsets: list[int]) -> list[int]:
     out = []
     pos = count = 0
     if _np:
-        data = _np.frombuffer(block, _np.uint8)
+        newline = _np.frombuffer(block, _np.uint8) == 10  # (one pass, then counts of bools)
         for offset in [*offsets, len(block)]:
-            count += int(_np.count_nonzero(data[pos:offset] == 10))
+            count += int(_np.count_nonzero(newline[pos:offset]))
             pos = offset
             out.append(count)
         return out
@@ -1347,6 +1355,10 @@ def search(fh: IO[bytes], display: str, notes: list[InputNote], pattern: str | N
 
 # --- classification ----------------------------------------------------------------------------
 
+#: ``json.dumps(data, default=str)`` without making an encoder for each event.
+_JSON = json.JSONEncoder(default=str)
+
+
 def _row(kind: str, line: int, info: LineInfo, ctx: FileContext, text: str,
          data: dict[str, Any], stamp: timestamps.Stamp | None = None) -> dict[str, Any]:
     rank, cue = info.rank, info.cue
@@ -1367,7 +1379,7 @@ def _row(kind: str, line: int, info: LineInfo, ctx: FileContext, text: str,
         "level": info.level,
         "stream": stream,
         "text": text[:TEXT_LIMIT].replace("\x00", ""),
-        "data": json.dumps(data, default=str) if data else None,
+        "data": _JSON.encode(data) if data else None,
     }
 
 
