@@ -38,6 +38,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import PurePosixPath
 from typing import NamedTuple
@@ -104,6 +105,7 @@ def host_from_path(posix: str) -> str | None:
     return next((d for d in reversed(parts[:-1][-NODE_DIR_DEPTH:]) if NODE_DIR.match(d)), None)
 
 
+@functools.lru_cache(maxsize=8192)  # asked several times per file (a PathCue is immutable)
 def attribution_from_path(path: str) -> PathCue:
     """What a file's path says about its writer (its rank, local rank, task, pid, host)."""
     posix = path.replace("\\", "/").split("!")[-1]
