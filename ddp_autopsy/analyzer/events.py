@@ -790,7 +790,7 @@ def _sift_quick(block: bytes) -> _Sifted | None:
 
 _np: Any = None  # numpy once imported, False without it
 #: Blocks counted by ``bytes.count`` before numpy is imported (~0.07 s, paid back after ~350
-#: blocks of 0.8 MB).
+#: blocks of 0.8 MB; from the first when the Presifter is given this many large files).
 NUMPY_AFTER = 256
 _counted = 0
 
@@ -1156,6 +1156,9 @@ class Presifter:
                  accept: Callable[[bytes, Any], bool],
                  context: Callable[[Any], FileContext] | None = None) -> None:
         small = [(k, o, n) for k, o, n in files if n is not None and 0 < n <= SMALL_FILE]
+        if sum(n >= QUICK_MIN for _, _, n in small) >= NUMPY_AFTER:  # numpy from the first
+            global _counted
+            _counted = max(_counted, NUMPY_AFTER)
         self._wanted = {id(f[0]) for f in small}
         self._accept = accept
         self._context = context
