@@ -15,8 +15,11 @@ A collective completes only when every rank enters it. The ranks that timed out 
 the ones that never arrived: those were busy elsewhere (rank-local work, a slow data loader, a
 dead-locked thread) and print no timeout because they never entered the collective.
 
-When the inputs are a fragment (most of the world silent), the timeout still says that some rank never reached the collective: that is reported with
-no culprit and a low confidence.
+When the inputs are a fragment (most of the world silent), the timeout still says that some rank
+never reached the collective (not when it is the group's very first collective and no other rank
+left any line nor any rank a line of work or progress: a first collective that never completes
+is as often a transport that cannot move data between the GPUs): that is reported with no
+culprit and a low confidence.
 
 ## Evidence
 The timeout lines (which ranks, which collective and sequence number) and the silent ranks' last
@@ -40,6 +43,7 @@ if the work is legitimately long.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -94,6 +98,8 @@ class SilentRanks(Rule):
                 yield from self._rankless(job, job.decoded_rows(timed_out))
             return
         if timed_out.height == 0:
+            return
+        if _first_call_alone(job, events, timed_out, seen - waiting):
             return
         world = job.world_size or (max(seen) + 1 if seen else None)
         if not world or world < 2:
@@ -313,3 +319,19 @@ def _collective(job: Job, timeouts: list[dict[str, Any]]) -> str:
         return f"collective {d['op']}"
     return "the collective"
 
+
+def _first_call_alone(job: Job, events: pl.DataFrame, timed_out: pl.DataFrame,
+                      others: set[int]) -> bool:
+    """The ranks timed out in the process group's very first collective (SeqNum 1), and no
+    other rank left a line at all, nor any rank a line of work or progress: nothing says a
+    rank was elsewhere. A first collective that never completes is as often a transport that
+    cannot move data between the GPUs (P2P through an IOMMU or ACS, a driver) as a rank that
+    never came: no rank is named (the best-effort verdict says what is known)."""
+    seqs = {json.loads(d).get("seq") for d in timed_out.filter(
+        pl.col("kind") == "watchdog_timeout")["data"].drop_nulls().to_list()}
+    if seqs != {1} or others:
+        return False
+    if job.rows("rank_local_work"):
+        return False
+    bars = events.filter((pl.col("kind") == "last_line") & pl.col("data").is_not_null())
+    return not any(json.loads(d).get("progress") for d in bars["data"].to_list())
