@@ -322,6 +322,7 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("mpi_process_exit", "mpirun noticed that process rank 1 with PID xxxxxx on node xxxxxxxx "
      "exited on signal 9 (Killed).", {"rank": 1, "signum": 9}),
     ("mpi_process_exit", "  Process name: [[50371,1],3]", {"rank": 3}),
+    ("port_in_use", "RuntimeError: Address already in us", {}),
 ]
 
 

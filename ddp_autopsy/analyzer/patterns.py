@@ -94,11 +94,12 @@ PATTERNS: tuple[Pattern, ...] = (
     # M14, non-libuv: "...failed to bind to [::]:29500 (errno: 98 - Address already in use)."
     _p(
         "port_in_use",
-        ("Address already in use", "EADDRINUSE", "address already in use",
+        ("Address already in u", "EADDRINUSE", "address already in u",
          "another process is utilizing it"),
         r"(?:bind to (?P<addr>\S+?):(?P<port>\d+) \(errno: 98"
         r"|port: (?P<port2>\d+),[^\n]*?EADDRINUSE"
-        r"|EADDRINUSE|[Aa]ddress already in use"
+        # (strerror's words; a paste may cut them at the line's end: "Address already in us")
+        r"|EADDRINUSE|[Aa]ddress already in use|[Aa]ddress already in us?e?\s*$"
         # accelerate: "Tried to launch distributed communication on port `29500`, but another
         # process is utilizing it."
         r"|on port `(?P<port3>\d+)`, but another process is utilizing it)",

@@ -45,7 +45,8 @@ from ddp_autopsy.rules.base import Finding, Rule
 #: Signals a launcher forwards to its workers only when it received them itself (after a
 #: worker's failure it sends SIGTERM, so SIGTERM alone says nothing).
 FORWARDED = ("SIGHUP", "SIGINT")
-SIGNAL_EXCEPTION = re.compile(r"got signal: (?P<signum>\d+)")
+# ("Process 81061 got signal: 1"; torch 1.9-1.10 wrote "got sigval:1")
+SIGNAL_EXCEPTION = re.compile(r"got (?:signal: |sigval: ?)(?P<signum>\d+)")
 
 WHY = {
     "SIGHUP": "the launcher received SIGHUP: the terminal or SSH session that started it closed",
