@@ -39,6 +39,7 @@ import json
 import os
 import queue
 import re
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -1182,6 +1183,9 @@ class Presifter:
             fut.cancel()
         self._running.clear()
         self._batches.clear()
+        if self._wanted:
+            release_freed_memory()
+
 
     def _more(self) -> None:
         while self._batches and len(self._running) <= AHEAD:
@@ -1204,6 +1208,28 @@ class Presifter:
             self._ready.update(zip(map(id, keys), results, strict=True))
             self._more()
         return self._ready.pop(id(key))
+
+
+def release_freed_memory() -> None:
+    """Give the allocator's free pages back to the system (glibc's ``malloc_trim``; elsewhere
+    nothing): the pool threads' malloc arenas keep what their files' bytes and temporaries
+    took, which the rules and reports would otherwise add to (~2 ms)."""
+    global _trim
+    if _trim is None:
+        _trim = False
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                _trim = ctypes.CDLL(None).malloc_trim  # glibc (not musl)
+            except (OSError, AttributeError):
+                pass
+    if _trim:
+        _trim(0)
+
+
+_trim: Any = None
+
 
 
 def _read_small(key: Any, opener: Callable[[], IO[bytes]], size: int,
