@@ -35,12 +35,13 @@ WHY_NOT = can_run()
 needs_netns = pytest.mark.skipif(WHY_NOT is not None, reason=f"fault matrix: {WHY_NOT}")
 
 # (fault, position, mode, topology): a rank-0 hang, SIGKILL on the last rank, SIGSTOP on the
-# second node, an exception on rank 1, the master's node cut off in a 2x2 job, a skipped
+# second node, the GIL held on rank 1, an exception on rank 1, the master's node cut off in a 2x2 job, a skipped
 # collective, a node that cannot resolve the rendezvous host.
 SAMPLE = [
     ("busy_loop", "rank0", "live", "2x2"),
     ("sigkill", "last", "logs", "2x2"),
     ("sigstop", "node2", "live", "2x2"),
+    ("gil", "rank1", "live", "1x4"),  # native code holding the GIL: frozen, not busy
     ("exception", "rank1", "logs", "2x2"),
     # live, not logs: in logs mode the harness reads the consoles once they are quiet for 10 s,
     # and whether the cut-off node's agent has logged its failed store reads by then decides
@@ -78,8 +79,11 @@ def test_cell_verdict(sample: dict[tuple[str, ...], CellResult], cell: tuple[str
     assert r.skipped is None, r.skipped
     assert r.cause_ok, detail
     assert r.culprit_ok, detail
-    if r.fault == "sigstop":
-        assert r.culprit_state != "crashed", detail  # frozen, never crashed
+    if r.fault in ("sigstop", "gil"):
+        # frozen (collect read its /proc state T; py-spy saw it idle holding the GIL), never
+        # crashed nor merely busy
+        assert r.culprit_state == ("frozen" if r.mode == "live" else r.culprit_state), detail
+        assert r.culprit_state != "crashed", detail
 
 
 @pytest.mark.scenario

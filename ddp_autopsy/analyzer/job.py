@@ -82,7 +82,7 @@ ENV_SCHEMA: dict[str, Any] = {
 PROCESS_SCHEMA: dict[str, Any] = {
     "bundle": pl.String, "host": pl.String, "pid": pl.Int64, "ppid": pl.Int64,
     "role": pl.String, "rank": pl.Int64, "local_rank": pl.Int64, "world_size": pl.Int64,
-    "stack_status": pl.String,
+    "stack_status": pl.String, "proc_state": pl.String,
 }
 
 
@@ -614,6 +614,8 @@ def _load_bundle(tree: Tree, bundle: Bundle, notes: list[InputNote], inputs: lis
             "role": proc.get("role"), "rank": proc.get("rank"),
             "local_rank": proc.get("local_rank"), "world_size": proc.get("world_size"),
             "stack_status": proc.get("stack_status"),
+            "proc_state": proc.get("proc_state") if isinstance(proc.get("proc_state"), str)
+            else None,
         })
         stack_rel = proc.get("stack")
         if stack_rel:

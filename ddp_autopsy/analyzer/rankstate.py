@@ -9,10 +9,12 @@ A rank's ``state`` is the first that applies:
 
 ==========  ===============================================================================
 crashed     an exception, failure entry, failed spawn or OOM is attributed to it
+frozen      it cannot run: stopped (``/proc`` state T, SIGSTOP or a debugger), its main thread
+            holding the GIL while blocked in native code (py-spy: idle, owns the GIL), or its
+            stack could not be taken in time (py-spy timed out)
 busy        its stack is outside any collective (while others wait, it is the suspect)
 failed      it timed out, or lost a peer, waiting for the others
 waiting     its stack waits in a torch.distributed call
-frozen      its stack could not be taken in time (py-spy timed out: stopped, or the GIL held)
 exited      collect found its process gone, or its launcher stopped it (SIGTERM, SIGKILL)
 seen        in the logs or stacks, nothing wrong
 missing     within the world size, but absent from every input
@@ -34,10 +36,10 @@ if TYPE_CHECKING:
 
 STATES: tuple[tuple[str, str], ...] = (
     ("crashed", "raised, exited with an error or ran out of memory"),
+    ("frozen", "cannot run: stopped, holding the GIL in native code, or no stack in time"),
     ("busy", "its stack is outside any collective"),
     ("failed", "timed out or lost a peer waiting for the others"),
     ("waiting", "its stack waits in a torch.distributed call"),
-    ("frozen", "its stack could not be taken in time (stopped, or the GIL held)"),
     ("exited", "its process was gone when collected, or its launcher stopped it"),
     ("seen", "in the logs or stacks, nothing wrong"),
     ("missing", "within the world size, but absent from every input"),
@@ -98,13 +100,21 @@ def build(job: Job) -> pl.DataFrame:
                 place = f", {cls.place}" if cls.place else ""
                 why["busy"][r] = f"in {x['frame'] or 'an unknown frame'}{place} (stack {cls.id})"
     if job.processes.height:
-        for r, status in (job.processes.filter(pl.col("rank").is_not_null()
-                                               & (pl.col("role") == "worker"))
-                          .select("rank", "stack_status").iter_rows()):
-            if status == "timeout":
+        for r, status, state in (job.processes.filter(pl.col("rank").is_not_null()
+                                                      & (pl.col("role") == "worker"))
+                                 .select("rank", "stack_status", "proc_state").iter_rows()):
+            if state in ("T", "t"):
+                why["frozen"].setdefault(r, "stopped (/proc state T: SIGSTOP, or a debugger)")
+            elif status == "timeout":
                 why["frozen"].setdefault(r, "py-spy could not read its stack in time")
             elif status == "exited":
                 why["exited"].setdefault(r, "its process was gone when collected")
+    if job.stacks.height:
+        gil = job.stacks.filter((pl.col("thread_name") == "MainThread") & pl.col("idle")
+                                & pl.col("owns_gil") & pl.col("rank").is_not_null())
+        for r in gil["rank"].unique().to_list():
+            why["frozen"].setdefault(r, "its main thread holds the GIL while blocked in native "
+                                        "code (py-spy: idle, owns the GIL)")
     report = job.collective_report
     if report.groups:  # the default group (or the first the inputs name)
         for r, st in report.groups[0].ranks.items():

@@ -434,6 +434,7 @@ def _process_entry(m: Member, proc: ProcessRecord | None) -> dict[str, Any]:
         "stack_status": stack.status if stack else "pending",
         "stack_error": stack.error if stack else None,
         "stack_source": stack.source if stack and stack.json_path else None,
+        "proc_state": info.get("proc_state"),
     }
 
 

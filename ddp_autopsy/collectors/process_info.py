@@ -94,6 +94,9 @@ def collect_stacks(bundle: Bundle, pyspy_exe: str | None, proc: ProcessRecord, *
     """py-spy dumps of one process, then its ``info.json`` (which names the Python version from
     the dump's header)."""
     pid = proc.member.pid
+    # (its kernel state as the dump starts: T/t, stopped by a signal or a debugger, is a frozen
+    # rank whose stack py-spy can still read)
+    proc.info["proc_state"] = procs.read_state(pid)
     if proc.info.get("status") == EXITED:
         stack = pyspy.StackDump(EXITED, "process exited before the dump", None, None, None)
     else:

@@ -16,10 +16,11 @@ from ddp_autopsy.rules.engine import Analysis
 STATES: tuple[tuple[str, str, str], ...] = (
     ("culprit", "culprit", "named by the verdict"),
     ("crashed", "crashed", "raised, exited with an error or ran out of memory"),
+    ("frozen", "frozen", "cannot run: stopped, holding the GIL in native code, or no stack in "
+     "time"),
     ("elsewhere", "outside collective", "its stack is outside any collective"),
     ("failed", "timed out / lost peer", "failed waiting for the others"),
     ("waiting", "waiting in collective", "its stack waits in a torch.distributed call"),
-    ("frozen", "frozen", "its stack could not be taken in time (stopped, or the GIL held)"),
     ("terminated", "terminated", "stopped by the launcher after another failure"),
     ("exited", "exited", "its process was gone when collected"),
     ("seen", "seen, no failure", "in the logs or stacks, nothing wrong"),

@@ -57,6 +57,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import polars as pl
+
 from ddp_autopsy.analyzer import snapshots, stacktree
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.stackview import wait_label
@@ -68,6 +70,7 @@ class RankStuckOutsideCollective(Rule):
     slug = "rank-stuck-outside-collective"
     cause = "rank_stuck_outside_collective"
     requires = ("stacks",)
+    optional = ("rank_state",)
 
     def check(self, job: Job) -> Iterator[Finding]:
         tree = job.stack_tree
@@ -102,10 +105,15 @@ class RankStuckOutsideCollective(Rule):
                                      text=f"{p.label} (pid {p.pid}): {frame}"))
         first = outside[0].user_frame
         seen = snapshots.still(job.snapshot_moves)
+        table = job.rank_state
+        frozen = [f"rank {r} is frozen: {why}" for r, why in table.filter(
+            (pl.col("state") == "frozen") & pl.col("rank").is_in(
+                [r for r in ranks if r is not None])).select("rank", "why").iter_rows()]
         yield self.finding(
             f"{who[0].upper()}{who[1:]} never reached the collective: {n_wait} of "
             f"{len(tree)} ranks wait in {op} while {'; '.join(places)}"
-            + (f" (the same in {seen} stack snapshots)." if seen > 1 else "."),
+            + (f" (the same in {seen} stack snapshots)." if seen > 1 else ".")
+            + (f" {'; '.join(frozen)[0].upper()}{'; '.join(frozen)[1:]}." if frozen else ""),
             evidence=evidence,
             ranks=ranks,
             hosts=[p.host for p in procs],
