@@ -323,6 +323,13 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      "exited on signal 9 (Killed).", {"rank": 1, "signum": 9}),
     ("mpi_process_exit", "  Process name: [[50371,1],3]", {"rank": 3}),
     ("port_in_use", "RuntimeError: Address already in us", {}),
+    ("watchdog_timeout", "[E ProcessGroupNCCL.cpp:587] [Rank 1] Watchdog c", {"pgrank": 1}),
+    ("horovod_stall", "[1,0]<stderr>:Stalled ranks:", {}),
+    ("horovod_missing_rank", "[0] 1: [broadcast.assign_conv_first_modules.0.bias, "
+     "broadcast.assign_conv_first_modules.0.weight ...]", {"missing": 1}),
+    ("worker_failed", "[2026-03-30 19:24:42,731] torch.distributed.elastic.multiprocessing.api: "
+     "[ERROR] failed (exitcode: -9) for binary located at /opt/conda/bin/python3.10 with "
+     "local_rank: 0 (process ID: 71)", {"exitcode": -9, "local_rank": 0, "pid": 71}),
 ]
 
 

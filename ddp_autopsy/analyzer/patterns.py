@@ -297,10 +297,25 @@ PATTERNS: tuple[Pattern, ...] = (
     # (after "Stalled ops:"), from 0.20 "Missing ranks:" and one "<rank>: [<tensors>]" per rank.
     _p(
         "horovod_stall",
-        "waiting for remainder of ranks",
-        r"submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting for "
-        r"remainder of ranks for more than (?P<seconds>\d+) seconds",
+        ("waiting for remainder of ranks", "Missing ranks:", "Stalled ranks:"),
+        r"(?:submitted to be reduced, gathered or broadcasted by subset of ranks and are waiting "
+        r"for remainder of ranks for more than (?P<seconds>\d+) seconds"
+        # the per-rank report's header (stall_inspector.cc; "Stalled ranks:" up to 0.19), which
+        # is evidence of the stall when the warning above is wrapped or cut
+        # (horovodrun prefixes each line with "[<rank>] ")
+        r"|(?:^|\]\s)\s*(?:Missing|Stalled) ranks:\s*$)",
         seconds=int,
+    ),
+    # ... and its per-rank lines, "<rank>: [<tensor>, ... ...]" (a "!" after the rank: stalled
+    # past HOROVOD_STALL_SHUTDOWN_TIME_SECONDS). Horovod names its tensors by their op, so a
+    # line is taken only when a name says allreduce, allgather, broadcast, alltoall or
+    # reducescatter.
+    _p(
+        "horovod_missing_rank",
+        ("llreduce", "roadcast", "llgather", "lltoall", "educescatter"),
+        r"(?:^|\]\s)\s*(?P<missing>\d+)(?P<shutdown>!)?: \[(?P<tensors>[^\]]*"
+        r"(?i:allreduce|broadcast|allgather|alltoall|reducescatter)[^\]]*)",
+        missing=int,
     ),
     _p(
         "horovod_stalled_tensor",
@@ -357,7 +372,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "watchdog_timeout",
         ("Watchdog caught collective operation timeout", "timed out in call to wait()",
-         "timed out in blocking wait"),
+         "timed out in blocking wait", "] Watchdog"),
         r"(?:(?:\[Rank (?P<pgrank>\d+)\] )?Watchdog caught collective operation timeout: "
         r"WorkNCCL\((?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:, TensorShape=\[[^\]]*\])?"
         r"(?:, NumelIn=(?P<nin>\d+), NumelOut=(?P<nout>\d+))?, Timeout\(ms\)=(?P<timeout_ms>\d+)\) "
@@ -378,8 +393,12 @@ PATTERNS: tuple[Pattern, ...] = (
         # the same line cut inside WorkNCCL(...) (a paste's end, a truncated excerpt): its
         # sequence number and op, when shown, still place the rank in the collective
         r"|(?:\[Rank (?P<pgrank4>\d+)\] )?Watchdog caught collective operation timeout:? "
-        r"WorkNCCL\([^)]*?SeqNum=(?P<seq4>\d+)(?:, OpType=(?P<op4>\w+)(?=,))?[^)]*$)",
+        r"WorkNCCL\([^)]*?SeqNum=(?P<seq4>\d+)(?:, OpType=(?P<op4>\w+)(?=,))?[^)]*$"
+        # ... or cut inside its first words ("[Rank 1] Watchdog c"): a timeout of that rank
+        # (not after the whole word "caught": that line is wrapped, and joined with the next)
+        r"|\[Rank (?P<pgrank5>\d+)\] Watchdog(?: (?:c(?:a(?:u(?:gh?)?)?)?)?)?\s*$)",
         pgrank4=int,
+        pgrank5=int,
         seq4=int,
         pgrank=int,
         seq2=int,
@@ -607,8 +626,12 @@ PATTERNS: tuple[Pattern, ...] = (
         "worker_failed",
         "local_rank:",
         # (rich logging puts its "api.py:673" column after "(pid: N) of" and wraps "binary:")
-        r"failed \(exitcode: (?P<exitcode>-?\d+)\) local_rank: (?P<local_rank>\d+) "
-        r"\(pid: (?P<pid>\d+)\)(?: of\b)?",
+        r"failed \(exitcode: (?P<exitcode>-?\d+)\) (?:local_rank: (?P<local_rank>\d+) "
+        r"\(pid: (?P<pid>\d+)\)(?: of\b)?"
+        # a vendor build's wording (PAI-DLC): "failed (exitcode: -9) for binary located at
+        # /usr/bin/python3.10 with local_rank: 0 (process ID: 71)"
+        r"|for binary located at \S+ with local_rank: (?P<local_rank2>\d+) "
+        r"\(process ID: (?P<pid2>\d+)\))",
         exitcode=int,
         local_rank=int,
         pid=int,
@@ -698,7 +721,8 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "closing_signal",
         ("closing signal", "via signal", "forcefully exiting via"),
-        r"(?:Sending process (?P<pid>\d+) closing signal|Closing process (?P<pid2>\d+) via signal"
+        r"(?:Sending process (?P<pid>\d+) (?:the )?closing signal"
+        r"|Closing process (?P<pid2>\d+) via signal"
         # torch.multiprocessing (spawn) tearing the other children down after one failed
         r"|Terminating process (?P<pid3>\d+) via signal) (?P<signal>SIG\w+)"
         # both, escalating: "Unable to shutdown process 5 via SIGTERM, forcefully exiting via
@@ -1391,6 +1415,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "monitored_barrier_failed": {"failure", "hang", "lost_peer"},
     "horovod_stall": {"failure", "hang"},
     "horovod_stalled_tensor": {"failure"},
+    "horovod_missing_rank": {"info"},  # read only after a stall header (COLL015)
     "monitored_barrier_timeout": {"failure"},
     "monitored_barrier_peer_error": {"failure"},
     "collective_fingerprint_mismatch": {"failure", "mismatch"},

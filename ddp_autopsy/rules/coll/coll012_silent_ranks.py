@@ -153,14 +153,35 @@ class SilentRanks(Rule):
                 details={"waiting_ranks": sorted(waiting), "suspect": 0 if suspect else None})
             return
         last = _last_lines(events, silent)
+        # Silent ranks whose last line shows them at work (a progress bar, rank-local work) beside
+        # silent ranks the inputs hold no line of at all: the working ones are the story; the
+        # others are only absent from the paste.
+        working = {r for r, row in last.items()
+                   if json.loads(row["data"] or "{}").get("progress")} | (
+            {r for r in (w["data"].get("rank", w["rank"]) for w in job.rows("rank_local_work"))
+             if r in silent})
+        unseen = silent - set(last)
+        if working and unseen:
+            silent = working
+            last = {r: row for r, row in last.items() if r in working}
         op = _collective(job, timeouts)
+        # A broadcast waits for its source, and rank 0 is the source of nearly every one (DDP's
+        # initial weights, broadcast_object_list, a framework's decisions): among several silent
+        # ranks with nothing else to tell them apart, rank 0 is the one the others wait for.
+        root = None
+        if not working and len(silent) > 1 and 0 in silent and not last.keys() - {0} \
+                and {t["data"].get("op") for t in timeouts} == {"BROADCAST"}:
+            root, unseen, silent = 0, silent - {0}, {0}
         who = rank_phrase(silent)
         doing = "; ".join(f"rank {r}'s last line: `{excerpt(last[r]['text'], 120)}`"
                           for r in sorted(last)[:3])
         summary = (f"{who[0].upper()}{who[1:]} never reached {op} that "
                    f"{rank_phrase(waiting)} timed out in"
                    + (f" ({doing})" if doing else f"; no line from {who} says what it was doing")
-                   + ".")
+                   + (f"; {rank_phrase(unseen)} left no line in the inputs" if working and unseen
+                      else "")
+                   + (f" (rank 0 is the usual source of a broadcast; {rank_phrase(unseen)} "
+                      "left no line in the inputs)" if root == 0 else "") + ".")
         evidence: list[Evidence] = [evidence_of(last[r]) for r in sorted(last)[:2]]
         evidence.append(evidence_of(timeouts[0]))
         seen_silent = silent & seen
@@ -327,9 +348,12 @@ def _first_call_alone(job: Job, events: pl.DataFrame, timed_out: pl.DataFrame,
     rank was elsewhere. A first collective that never completes is as often a transport that
     cannot move data between the GPUs (P2P through an IOMMU or ACS, a driver) as a rank that
     never came: no rank is named (the best-effort verdict says what is known)."""
-    seqs = {json.loads(d).get("seq") for d in timed_out.filter(
-        pl.col("kind") == "watchdog_timeout")["data"].drop_nulls().to_list()}
-    if seqs != {1} or others:
+    found = [json.loads(d) for d in timed_out.filter(
+        pl.col("kind") == "watchdog_timeout")["data"].drop_nulls().to_list()]
+    # (a broadcast is different: its root, most often rank 0 sending a decision or the weights,
+    # is one rank the others wait for)
+    if {d.get("seq") for d in found} != {1} or others \
+            or any(d.get("op") == "BROADCAST" for d in found):
         return False
     if job.rows("rank_local_work"):
         return False

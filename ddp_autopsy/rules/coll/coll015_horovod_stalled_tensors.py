@@ -5,7 +5,8 @@ Horovod's coordinator warning that "One or more tensors were submitted to be red
 broadcasted by subset of ranks and are waiting for remainder of ranks for more than 60 seconds",
 with the stalled tensors it lists: "<tensor> [missing ranks: 1]" names the ranks that did not
 submit it; "<tensor> [ready ranks: 1, 7, 5, 4, 6, 0]" names the ones that did, and the others
-(up to the highest rank the inputs show) are missing.
+(up to the highest rank the inputs show) are missing; from 0.20 (and under "Stalled ranks:"
+before), a "Missing ranks:" block with one "<rank>: [<tensors>]" line per missing rank.
 
 ## Why it hangs or kills the job
 Every rank must submit the same tensors, in any order, for Horovod to run the collective: a rank
@@ -45,10 +46,13 @@ class HorovodStalledTensors(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         tensors = job.rows("horovod_stalled_tensor")
         stalls = job.rows("horovod_stall")
+        per_rank = job.rows("horovod_missing_rank") if stalls else []
         if not tensors and not stalls:
             return
         missing: Counter[int] = Counter()
         ready: set[int] = set()
+        for r in per_rank:  # 0.20+: "<rank>: [<tensors it did not submit>]"
+            missing[r["data"]["missing"]] += len(r["data"]["tensors"].split(","))
         for r in tensors:
             if r["data"]["which"] == "missing":
                 missing.update(parse_ranks(r["data"]["ranks"]))
@@ -66,7 +70,7 @@ class HorovodStalledTensors(Rule):
                 f"{', ...' if len(names) > 2 else ''})" if names else "tensors")
         who = rank_phrase(culprits, empty="Some ranks")
         yield self.from_rows(
-            [*stalls[:1], *tensors[:2]],
+            [*stalls[:1], *tensors[:2], *per_rank[:2]],
             f"{who[0].upper()}{who[1:]} never submitted {what} that the other ranks wait to "
             "reduce, gather or broadcast (Horovod's stall inspector).",
             shown=3, ranks=culprits, confidence=0.8 if culprits else 0.5,
