@@ -296,11 +296,17 @@ class CollectiveMismatch(Rule):
             odd = sorted({ops[r] for r in culprits})
             others = sorted({op for r, op in ops.items() if r not in culprits})
             rows = rows_by_seq[seq]
+            if others:
+                said = (f"At collective #{seq}, {rank_phrase(culprits)} ran {', '.join(odd)} "
+                        f"while the other ranks ran {', '.join(others)}"
+                        + (" (as many ranks on each side: rank 0's is the likelier odd one)."
+                           if not majority else "."))
+            else:  # one rank per side, rank 0 on neither: which is odd the lines do not say
+                said = (f"At collective #{seq} the ranks ran different calls: "
+                        + "; ".join(f"rank {r} {op}" for r, op in sorted(ops.items()))
+                        + " (which side is the odd one these lines do not say).")
             yield self.finding(
-                f"At collective #{seq}, {rank_phrase(culprits)} ran {', '.join(odd)} while "
-                f"the other ranks ran {', '.join(others)}"
-                + (" (as many ranks on each side: rank 0's is the likelier odd one)."
-                   if not majority and others else "."),
+                said,
                 evidence=[evidence_of(r) for r in _prefer(rows, culprits)[:3]],
                 ranks=culprits,
                 confidence=0.85 if majority else 0.7,

@@ -7,7 +7,8 @@ NCCL version detected" check (2.23.4+), an NCCL that cannot read torch's configu
 config blocking attribute value -2147483648": an older libnccl than torch's headers) or says its
 CUDA runtime or driver is too old, Ray's refusal of a process whose Ray or Python version
 differs from its cluster's ("Version mismatch: The cluster was started with:"), a build whose
-kernels were not compiled for this GPU ("Cuda failure 'invalid device function'", "no kernel image
+kernels were not compiled for this GPU ("Cuda failure 'invalid device function'", NCCL's "Cuda
+failure 'named symbol not found'" as it looks its kernels up, "no kernel image
 is available for execution on the device", torch's "with CUDA capability sm_35 is not compatible
 with the current PyTorch installation"), and the torch / NCCL / CUDA / Python versions that
 `collect` read from each process.
@@ -49,7 +50,10 @@ KEYS = ("torch", "nccl", "cuda", "python")
 
 #: CUDA's words for a kernel the build has no code for on this GPU (cudaErrorInvalidDeviceFunction,
 #: cudaErrorNoKernelImageForDevice).
-NO_KERNEL = re.compile(r"invalid device function|no kernel image is available for execution")
+# (NCCL's own kernels missing for this GPU surface as cudaErrorSymbolNotFound when it looks them
+# up at init: "enqueue.cc:58 NCCL WARN Cuda failure 'named symbol not found'")
+NO_KERNEL = re.compile(r"invalid device function|no kernel image is available for execution"
+                       r"|Cuda failure (?:\d+ )?'named symbol not found'")
 
 
 class VersionMismatch(Rule):

@@ -6,7 +6,10 @@ extend /dev/shm/nccl-XXXX to N bytes, error: No space left on device (28)", "att
 No such file or directory" (ranks in different IPC namespaces), and the DataLoader's "This might
 be caused by insufficient shared memory (shm)". Without such a line, a process killed by SIGBUS
 (UCX's "Caught signal 7 (Bus error ...)", exit code -7) is reported at a lower confidence: a
-full /dev/shm is how a training job most often gets a bus error.
+full /dev/shm is how a training job most often gets a bus error. NCCL's shared-memory transport
+failing with no segment error of its own is reported too: its header's CUDA call ("include/shm.h:42
+NCCL WARN Cuda failure 'invalid argument'", registering the segment, NCCL <= 2.6) or an error trail
+through transport/shm.cc.
 
 ## Why it hangs or kills the job
 NCCL's intra-node transport and the DataLoader's worker queues live in /dev/shm. When it is
@@ -31,10 +34,11 @@ as a workaround `NCCL_SHM_DISABLE=1` (slower).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Finding, Rule, ranks_of, subject
+from ddp_autopsy.rules.base import Finding, Rule, rank_phrase, ranks_of, subject
 
 
 class ShmFailure(Rule):
@@ -46,7 +50,8 @@ class ShmFailure(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("shm_error")
         if not rows:
-            yield from self._sigbus(job)
+            found = list(self._shm_transport(job))
+            yield from found or self._sigbus(job)
             return
         texts = " ".join(r["text"] for r in rows)
         if "attaching to" in texts and "No such file" in texts:
@@ -60,6 +65,27 @@ class ShmFailure(Rule):
         yield self.from_rows(
             rows, f"Shared memory (/dev/shm) {why}: {who} could not set up its shared-memory "
             "segments.", shown=2, ranks=ranks, confidence=0.9)
+
+    def _shm_transport(self, job: Job) -> Iterator[Finding]:
+        """NCCL's shared-memory transport failing to set a connection up with no segment error
+        of its own: a CUDA call in its shm header ("include/shm.h:42 NCCL WARN Cuda failure
+        'invalid argument'": registering the /dev/shm segment with CUDA, NCCL <= 2.6) or an error
+        trail through transport/shm.cc. The segment exists but CUDA cannot map it, or the
+        transport cannot create it."""
+        warns = [r for r in job.rows("cuda_failure") if SHM_SOURCE.search(r["text"])]
+        trail = [r for r in job.rows("nccl_error_trace")
+                 if SHM_TRAIL.search(str(r["data"].get("file", "")))]
+        if not warns and not trail:
+            return
+        rows = warns or trail
+        ranks = ranks_of(rows)
+        who = rank_phrase(ranks) if ranks else "a rank"
+        yield self.from_rows(
+            [*warns[:1], *trail[:1]],
+            f"NCCL's shared-memory transport failed: {who} could not set up its /dev/shm "
+            "connection to a peer on the same node"
+            + (f" ({warns[0]['data'].get('err')})" if warns and warns[0]["data"].get("err")
+               else "") + ".", shown=2, ranks=ranks, confidence=0.6)
 
     def _sigbus(self, job: Job) -> Iterator[Finding]:
         """A process killed by SIGBUS and no shared-memory error in the inputs: touching a page
@@ -80,3 +106,9 @@ class ShmFailure(Rule):
             "small for NCCL's or the DataLoader's shared-memory segments (Docker's default is 64 "
             "MB; `df -h /dev/shm` in the container).", shown=2, ranks=ranks, confidence=0.55,
             hosts=[r["host"] or r["data"].get("host") for r in rows])
+
+
+#: Where NCCL's shared-memory transport reports from: its header's CUDA call (<= 2.6) ...
+SHM_SOURCE = re.compile(r"\binclude/shm\.h:\d+ NCCL WARN")
+#: ... and its source in an error trail.
+SHM_TRAIL = re.compile(r"(?:^|/)transport/shm\.(?:cc|cu)$|(?:^|/)shmutils\.cc$")
