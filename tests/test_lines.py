@@ -12,6 +12,7 @@ from ddp_autopsy.analyzer.lines import (
     detect_prefixes,
     has_box,
     parse_line,
+    segments,
     unbox,
 )
 
@@ -157,3 +158,12 @@ def test_detect_prefixes_never_raises(lines: list[str]) -> None:
 def test_unbox_never_raises_and_keeps_the_lines(lines: list[str]) -> None:
     out = unbox(pl.DataFrame({"text": lines}, schema={"text": pl.String}))
     assert out.height == len(lines)
+
+
+def test_a_traceback_glued_to_a_cut_bar_is_its_own_message() -> None:
+    glued = "[31:13<7:10:59, 908.45 eTraceback (most recent call last):"
+    assert segments(glued) == ["[31:13<7:10:59, 908.45 e", "Traceback (most recent call last):"]
+    for prefixed in ("[rank0]: Traceback (most recent call last):",
+                     "[default0]:Traceback (most recent call last):",
+                     "node3: Traceback (most recent call last):"):
+        assert segments(prefixed) == [prefixed]

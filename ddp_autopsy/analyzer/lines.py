@@ -187,6 +187,8 @@ def segments(text: str, last: int | None = None) -> list[str]:
     progress bar with more text glued to it; blank pieces dropped. ``last``: only the pieces of
     the last so many redraws."""
     if "\r" not in text and "%|" not in text:
+        if _TRACEBACK in text and (m := GLUED_TRACEBACK.search(text)) is not None:
+            return [text[: m.start() + 1], text[m.start() + 1:]]
         return [text]
     out: list[str] = []
     for piece in text.split("\r") if last is None else text.rsplit("\r", last)[-last:]:
@@ -195,6 +197,11 @@ def segments(text: str, last: int | None = None) -> list[str]:
             piece = piece[m.end():]
         out.append(piece)
     return [x for x in out if x.strip()]
+
+
+#: A traceback's header glued to the text before it with nothing between (a bar cut mid-word,
+#: "908.45 eTraceback (most recent call last):"): a prefix ends with ":", "]" or a space.
+GLUED_TRACEBACK = re.compile(r"[A-Za-z0-9](?=Traceback \(most recent call last\):)")
 
 
 # --- rich's boxed tracebacks (rich.traceback.install(): accelerate, Lightning CLI, typer...) -----

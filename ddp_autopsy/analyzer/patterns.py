@@ -1144,9 +1144,10 @@ PATTERNS: tuple[Pattern, ...] = (
     # NCCL §3.5
     _p(
         "duplicate_gpu",
-        ("Duplicate GPU detected", "using the same GPU", "sharing GPU"),
-        r"(?:Duplicate GPU detected : rank (?P<r1>\d+) and rank (?P<r2>\d+) both on CUDA device "
-        r"(?P<busid>[0-9a-fA-F]+)|Multiple [Rr]anks (?:detected using|are using) the same GPU"
+        ("Duplicate GPU detected", "using the same GPU", "sharing GPU", "both on CUDA device"),
+        # (the message's second half alone names the ranks too, as pastes keep it)
+        r"(?:(?:Duplicate GPU detected : )?rank (?P<r1>\d+) and rank (?P<r2>\d+) both on CUDA "
+        r"device (?P<busid>[0-9a-fA-F]+)|Multiple [Rr]anks (?:detected using|are using) the same GPU"
         r"|Detected ranks (?P<r3>\d+) and (?P<r4>\d+) sharing GPU with bus (?P<bus2>[0-9a-fA-F]+))",
         alias={"r3": "r1", "r4": "r2", "bus2": "busid"},
         r1=int,
