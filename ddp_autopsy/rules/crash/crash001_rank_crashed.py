@@ -123,7 +123,7 @@ class RankCrashed(Rule):
         # (or the fallback's) to explain: the rank did not crash by itself.
         exceptions = [r for r in all_exceptions
                       if not r["consequence"] and not launcher_side(r["data"].get("frame"))
-                      and not NCCL_ERROR.search(r["text"])
+                      and not NCCL_ERROR.search(r["text"]) and not garbled_object(r)
                       and not job.crashes.survived_row(r)]
         failures = job.rows("elastic_failure")
         spawns = job.rows("spawn_failed")
@@ -375,6 +375,15 @@ NATIVE_SIGNALS = {
     "SIGILL": "an instruction this CPU lacks (a build for another machine)",
     "SIGFPE": "an arithmetic fault in native code",
 }
+
+
+def garbled_object(row: dict[str, Any]) -> bool:
+    """An object collective (broadcast_object_list, all_gather_object...) that handed back bytes
+    that do not unpickle ("EOFError: Ran out of input" in _tensor_to_object): what a rank gets
+    when the collective failed or was aborted under it, a consequence, not its own crash."""
+    frame = row["data"].get("frame") or {}
+    kind = str(row["data"].get("type") or "").rsplit(".", 1)[-1]
+    return frame.get("func") == "_tensor_to_object" and kind in ("EOFError", "UnpicklingError")
 
 
 def _after_failure(job: Job, row: dict[str, Any]) -> bool:
