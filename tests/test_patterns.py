@@ -323,6 +323,9 @@ EXAMPLES: list[tuple[str, str, dict]] = [
      "exited on signal 9 (Killed).", {"rank": 1, "signum": 9}),
     ("mpi_process_exit", "  Process name: [[50371,1],3]", {"rank": 3}),
     ("port_in_use", "RuntimeError: Address already in us", {}),
+    ("gloo_timeout", "RuntimeError: Resource temporarily unavailable", {}),
+    ("backend_device_mismatch", "RuntimeError: Function argument device_ids not supported for "
+     "the selected backend gloo", {"arg": "device_ids", "backend": "gloo"}),
     ("duplicate_gpu", "Error: rank 27 and rank 19 both on CUDA device 53000 (PCI 53:00.0)",
      {"r1": 27, "r2": 19}),
     ("watchdog_timeout", "[E ProcessGroupNCCL.cpp:587] [Rank 1] Watchdog c", {"pgrank": 1}),

@@ -536,8 +536,11 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "gloo_timeout",
         ("operation to complete", "Application timeout caused pair closure", "Read timeout [",
-         "Write timeout ["),
+         "Write timeout [", "RuntimeError: Resource temporarily unavailable"),
         r"(?:Timed out waiting (?P<ms>\d+)ms for (?P<op>recv|send) operation to complete"
+        # torch <= 1.6: c10d's socket read timing out raised the bare strerror of EAGAIN (a
+        # std::system_error), "RuntimeError: Resource temporarily unavailable"
+        r"|^RuntimeError: Resource temporarily unavailable\s*$"
         # Gloo before 2019 (transport/tcp/buffer.cc, pair.cc): "Read timeout [127.0.0.1]:32444"
         r"|(?P<rw>Read|Write) timeout \[(?P<peer>[^\]]+)\]:\d+"
         # The pair is closed on timeout; later ops on it raise this.
@@ -1097,14 +1100,18 @@ PATTERNS: tuple[Pattern, ...] = (
         "backend_device_mismatch",
         ("No backend type associated with device type", "Tensors must be CUDA",
          "unsupported device type", "doesn't have NCCL built in", "Tensors must be CPU",
-         "ProcessGroupNCCL is only supported with GPUs", "but NCCL support is not compiled"),
+         "ProcessGroupNCCL is only supported with GPUs", "but NCCL support is not compiled",
+         "not supported for the selected backend"),
         r"(?:No backend type associated with device type (?P<device>\w+)"
         r"|Tensors must be (?P<need>CUDA|CPU) and dense"
         r"|(?P<pg>ProcessGroup\w+)::(?P<op>\w+): unsupported device type (?P<device2>\w+)"
         r"|Distributed package doesn't have NCCL built in"
         # torch 2.1+ (distributed_c10d._get_default_timeout), before that RuntimeError
         r"|Attempted to get default timeout for nccl backend, but NCCL support is not compiled"
-        r"|ProcessGroupNCCL is only supported with GPUs, no GPUs found)",
+        r"|ProcessGroupNCCL is only supported with GPUs, no GPUs found"
+        # distributed_c10d.barrier() given NCCL's device_ids under another backend (torch 1.x:
+        # "Function argument device_ids not supported for the selected backend gloo")
+        r"|Function argument (?P<arg>\w+) not supported for the selected backend (?P<backend>\w+))",
     ),
     # NCCL §3.3 / Gloo: no usable socket interface (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME).
     _p(
@@ -1147,7 +1154,8 @@ PATTERNS: tuple[Pattern, ...] = (
         ("Duplicate GPU detected", "using the same GPU", "sharing GPU", "both on CUDA device"),
         # (the message's second half alone names the ranks too, as pastes keep it)
         r"(?:(?:Duplicate GPU detected : )?rank (?P<r1>\d+) and rank (?P<r2>\d+) both on CUDA "
-        r"device (?P<busid>[0-9a-fA-F]+)|Multiple [Rr]anks (?:detected using|are using) the same GPU"
+        r"device (?P<busid>[0-9a-fA-F]+)"
+        r"|Multiple [Rr]anks (?:detected using|are using) the same GPU"
         r"|Detected ranks (?P<r3>\d+) and (?P<r4>\d+) sharing GPU with bus (?P<bus2>[0-9a-fA-F]+))",
         alias={"r3": "r1", "r4": "r2", "bus2": "busid"},
         r1=int,

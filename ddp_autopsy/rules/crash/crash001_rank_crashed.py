@@ -70,7 +70,7 @@ CONSEQUENCE = re.compile(
     r"|(?:Read|Write) timeout \[|Application timeout caused pair closure"
     r"|Watchdog caught|ChildFailedError|ProcessExitedException|ProcessRaisedException"
     r"|SignalException|KeyboardInterrupt|SystemExit|Socket Timeout|DistStoreError"
-    r"|wait timeout after|detected by watchdog|Terminating the process|NCCL communicator was aborted"
+    r"|wait timeout after|Resource temporarily unavailable|detected by watchdog|Terminating the process|NCCL communicator was aborted"
     r"|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
     r"|Detected mismatch between collectives|disagreement between rank0 and rank"
     r"|DDP expects same model across all ranks|appears not to match sizes of the same param"
