@@ -9,7 +9,10 @@ same op with another NumelIn), or at
 different sequence numbers of one process group (ranks 1-2 in BROADCAST #532339, rank 0 in
 _ALLGATHER_BASE #532341; or a rank whose "last completed NCCL work" is past another's timed-out
 one): the watchdog reports a rank's oldest unfinished work, so the rank ahead finished a collective
-the others are still in, which only a different call there allows; or
+the others are still in, which only a different call there allows; or Horovod's stall report
+showing the ranks submitted different tensors rather than some ranks none (every rank missing
+tensors of another op than the others, or ready sets of the stalled tensors that are disjoint and
+cover the job); or
 NCCL's own check: "Mismatched collective detected, please check your collective calls at and
 around rank 39" (2.4-2.6), "Your program may be hanging, this may be caused by a collective
 mismatch around rank 3", or DeepSpeed ZeRO-3's check of the parameters each rank fetched:
@@ -63,6 +66,7 @@ from ddp_autopsy.rules.base import (
     first_ts,
     rank_phrase,
 )
+from ddp_autopsy.rules.coll.coll015_horovod_stalled_tensors import horovod_split
 from ddp_autopsy.rules.nccl.nccl004_network_error_runtime import same_call_stall
 
 SEQ = re.compile(r"SequenceNumber=(\d+)")
@@ -121,6 +125,7 @@ class CollectiveMismatch(Rule):
         yield from self._fingerprints(job)
         yield from self._watchdog_ops(job)
         yield from self._watchdog_seqs(job)
+        yield from self._horovod_split(job)
         yield from self._nccl_check(job)
         yield from self._zero3_traces(job)
         yield from self._one_host_stall(job)
@@ -352,6 +357,28 @@ class CollectiveMismatch(Rule):
                 ts=first_ts(g.log_rows),
                 details={"process_group": g.name, "timed_out": {str(r): w for r, w in
                                                                 sorted(where.items())}})
+
+
+    def _horovod_split(self, job: Job) -> Iterator[Finding]:
+        """Horovod's stall report showing the ranks submitted different tensors (see
+        coll015.horovod_split): a mismatch, the smallest side named when it is the only one."""
+        split = horovod_split(job)
+        if split is None:
+            return
+        sides, rows = split
+        small = min(len(r) for r in sides.values())
+        smallest = [r for r in sides.values() if len(r) == small]
+        odd = smallest[0] if len(smallest) == 1 else set()
+        said = "; ".join(f"{rank_phrase(r)} {what}" for what, r in
+                         sorted(sides.items(), key=lambda kv: min(kv[1])))
+        yield self.from_rows(
+            [*job.rows("horovod_stall")[:1], *rows[:2]],
+            f"Horovod's stall inspector shows the ranks submitted different tensors, not some "
+            f"ranks none: {said}. They run different collectives (a broadcast against an "
+            "allreduce, tensors of another name or shape): program order differs between ranks"
+            + (f"; {rank_phrase(odd)}, the smaller side, is the odd one." if odd else "."),
+            shown=3, ranks=odd, confidence=0.7,
+            details={"sides": {k: sorted(v) for k, v in sides.items()}})
 
 
 #: Point-to-point ops: their sequence numbers are not the collectives'.

@@ -31,8 +31,10 @@ and call the same Horovod operations, with the same names, on every rank.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, parse_ranks, rank_phrase
@@ -47,8 +49,8 @@ class HorovodStalledTensors(Rule):
         tensors = job.rows("horovod_stalled_tensor")
         stalls = job.rows("horovod_stall")
         per_rank = job.rows("horovod_missing_rank") if stalls else []
-        if not tensors and not stalls:
-            return
+        if (not tensors and not stalls) or horovod_split(job) is not None:
+            return  # (ranks that submitted different tensors: COLL001's mismatch)
         missing: Counter[int] = Counter()
         ready: set[int] = set()
         for r in per_rank:  # 0.20+: "<rank>: [<tensors it did not submit>]"
@@ -75,3 +77,47 @@ class HorovodStalledTensors(Rule):
             "reduce, gather or broadcast (Horovod's stall inspector).",
             shown=3, ranks=culprits, confidence=0.8 if culprits else 0.5,
             details={"missing": dict(sorted(missing.items())), "tensors": names[:20]})
+
+
+#: Every "<tensor> [missing|ready ranks: ...]" of an old-format stall line (several per line).
+STALLED_OP = re.compile(r"(?P<tensor>[^\s\[\],]+) \[(?P<which>missing|ready) ranks: "
+                        r"(?P<ranks>\d+(?:, \d+)*)\]")
+#: The collective a Horovod tensor name says (HorovodAllreduce_..., broadcast.x, ...).
+HOROVOD_OP = re.compile(r"(?i)(allreduce|allgather|broadcast|alltoall|reducescatter)")
+
+
+def horovod_split(job: Job) -> tuple[dict[str, set[int]], list[dict[str, Any]]] | None:
+    """({what one side did -> its ranks}, evidence rows) when Horovod's stall report shows the
+    ranks submitted different tensors rather than some ranks none: every rank of the report
+    missing tensors of another op than the others (the per-rank block: a side is the ranks that
+    lack the same op), or ready sets of the stalled tensors that are disjoint and together cover
+    the job (the old one-line format: a side is the ranks ready for one tensor)."""
+    if not job.rows("horovod_stall"):
+        return None
+    per_rank = job.rows("horovod_missing_rank")
+    lacks = {r["data"]["missing"]: "/".join(sorted({m.lower() for m in HOROVOD_OP.findall(
+        r["data"]["tensors"])})) for r in per_rank}
+    if len(lacks) >= 2 and set(lacks) == set(range(max(lacks) + 1)) \
+            and len(set(lacks.values())) > 1:
+        sides: dict[str, set[int]] = {}
+        for rank, op in lacks.items():
+            sides.setdefault(f"submitted no {op}", set()).add(rank)
+        return sides, per_rank
+    ready: dict[str, set[int]] = {}
+    rows = job.rows("horovod_stalled_tensor")
+    for r in rows:
+        for m in STALLED_OP.finditer(r["text"]):
+            if m["which"] == "ready":
+                ready[m["tensor"]] = parse_ranks(m["ranks"])
+    groups = list({frozenset(v) for v in ready.values() if v})
+    if len(groups) < 2 or any(a & b for i, a in enumerate(groups) for b in groups[i + 1:]):
+        return None
+    union = set().union(*groups)
+    if union != set(range(max(union) + 1)):
+        return None
+    sides: dict[str, set[int]] = {}
+    for tensor, group in ready.items():  # a side: the ranks ready for the same tensors
+        name = next((k for k, v in sides.items() if v == group), None)
+        if name is None:
+            sides[f"submitted {tensor}"] = set(group)
+    return sides, rows
