@@ -312,7 +312,9 @@ PATTERNS: tuple[Pattern, ...] = (
     # reducescatter.
     _p(
         "horovod_missing_rank",
-        ("llreduce", "roadcast", "llgather", "lltoall", "educescatter"),
+        # (needles that NCCL's "Broadcast: opCount ..." INFO lines do not hold)
+        ("Horovod", "horovod_", "broadcast.", "allreduce.", "allgather.", "alltoall.",
+         "_Allreduce", "_Broadcast", "_Allgather", "_Alltoall"),
         r"(?:^|\]\s)\s*(?P<missing>\d+)(?P<shutdown>!)?: \[(?P<tensors>[^\]]*"
         r"(?i:allreduce|broadcast|allgather|alltoall|reducescatter)[^\]]*)",
         missing=int,
