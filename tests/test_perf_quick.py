@@ -76,6 +76,7 @@ def _inputs(root: Path) -> Path:
         "utf8.log": _big("progress █████ 50%\n" + oom),
         "latin1.log": _big(oom) + b"caf\xe9\n",
         "needles-only.log": ("NCCL WARN " + oom) .encode() * 40_000,
+        "zlib-like.log": _big(oom, head="x^2 is not a header\n"),  # polars would decompress it
     }
     for name, data in files.items():
         big.joinpath(name).write_bytes(data)
@@ -142,7 +143,8 @@ def test_quick_sifting_takes_the_common_file_only(inputs: Path,
             (slow.rows, slow.tails, slow.lines, slow.prefix), path.name
     assert quick == {"plain.log", "prefix-late.log", "stamp-only.log", "maybe-not.log",
                      "wrapped.log", "traceback.log", "self-named.log", "self-named-early.log",
-                     "few-blank-tail.log", "unterminated.log", "needles-only.log"}
+                     "few-blank-tail.log", "unterminated.log", "needles-only.log",
+                     "zlib-like.log"}
 
 
 def _lines(root: Path) -> list[str]:
