@@ -1454,10 +1454,15 @@ def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, 
             continue
         fields = pat.match(body)
         text = raw
-        if fields is None and ends_line:
-            fields, text = _continued(pat, line, raw, body, ctx, state)
+        # (a match of a message's cut form, a "cut" field, still tries the lines after it: a
+        # hard wrap, not a cut, when they complete the message)
+        if (fields is None or "cut" in fields) and ends_line:
+            whole, joined = _continued(pat, line, raw, body, ctx, state)
+            if whole is not None:
+                fields, text = whole, joined
         if fields is None:
             continue
+        fields.pop("cut", None)
         if pat.kind == "traceback":
             state.tracebacks[stream] = {"line": line, "frames": [], "head": (line, raw, info)}
             if state.glued_to:
@@ -1594,9 +1599,11 @@ def _continued(pat: P.Pattern, line: int, raw: str, body: str, ctx: FileContext,
         for joined in (exact, spaced):
             m = pat.regex.search(joined)
             if m is not None and m.start() < len(body):  # the message begins on the first line
+                fields = pat.match(joined) or {}
+                if "cut" in fields:
+                    continue  # still the cut form: not this join
                 state.joined_to = line + n
                 state.joined.update(range(line + 1, line + n + 1))
-                fields = pat.match(joined) or {}
                 fields["joined_lines"] = n + 1
                 return fields, raw[: len(raw) - len(body)] + joined
     return None, raw

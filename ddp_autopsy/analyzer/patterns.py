@@ -99,7 +99,7 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?:bind to (?P<addr>\S+?):(?P<port>\d+) \(errno: 98"
         r"|port: (?P<port2>\d+),[^\n]*?EADDRINUSE"
         # (strerror's words; a paste may cut them at the line's end: "Address already in us")
-        r"|EADDRINUSE|[Aa]ddress already in use|[Aa]ddress already in us?e?\s*$"
+        r"|EADDRINUSE|[Aa]ddress already in use|[Aa]ddress already in us?\s*$(?P<cut>)"
         # accelerate: "Tried to launch distributed communication on port `29500`, but another
         # process is utilizing it."
         r"|on port `(?P<port3>\d+)`, but another process is utilizing it)",
@@ -395,10 +395,10 @@ PATTERNS: tuple[Pattern, ...] = (
         # the same line cut inside WorkNCCL(...) (a paste's end, a truncated excerpt): its
         # sequence number and op, when shown, still place the rank in the collective
         r"|(?:\[Rank (?P<pgrank4>\d+)\] )?Watchdog caught collective operation timeout:? "
-        r"WorkNCCL\([^)]*?SeqNum=(?P<seq4>\d+)(?:, OpType=(?P<op4>\w+)(?=,))?[^)]*$"
+        r"WorkNCCL\([^)]*?SeqNum=(?P<seq4>\d+)(?:, OpType=(?P<op4>\w+)(?=,))?[^)]*$(?P<cut>)"
         # ... or cut inside its first words ("[Rank 1] Watchdog c"): a timeout of that rank
         # (not after the whole word "caught": that line is wrapped, and joined with the next)
-        r"|\[Rank (?P<pgrank5>\d+)\] Watchdog(?: (?:c(?:a(?:u(?:gh?)?)?)?)?)?\s*$)",
+        r"|\[Rank (?P<pgrank5>\d+)\] Watchdog(?: (?:c(?:a(?:u(?:gh?)?)?)?)?)?\s*$(?P<cut2>))",
         pgrank4=int,
         pgrank5=int,
         seq4=int,
@@ -771,7 +771,7 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?: DUE TO (?P<reason>[A-Z][A-Z ]*[A-Z]))?"
         # the same line cut after "ON" or its node (slurmstepd prints "*** JOB|STEP <id> ON"
         # only in this message)
-        r"|\*\*\* (?P<what2>JOB|STEP) (?P<id2>\d[\w.+]*) ON(?: (?P<node2>\S+))?\s*$)",
+        r"|\*\*\* (?P<what2>JOB|STEP) (?P<id2>\d[\w.+]*) ON(?: (?P<node2>\S+))?\s*$(?P<cut>))",
         signum=int,
     ),
     # A C++ exception nobody caught (the watchdog's, or any c10::Error): the process aborts
@@ -1175,7 +1175,7 @@ PATTERNS: tuple[Pattern, ...] = (
         r"\((?P<errno>\d+)\))?"
         # (a line cut inside its size still names the segment: "(size 734038")
         r"|Error while (?P<op>[\w ]+?) shared memory segment (?P<path2>\S+) "
-        r"\(size (?P<size>\d+)(?:\)(?:, error: (?P<err2>.+?) \((?P<errno2>\d+)\))?|$)"
+        r"\(size (?P<size>\d+)(?:\)(?:, error: (?P<err2>.+?) \((?P<errno2>\d+)\))?|$(?P<cut>))"
         r"|(?:Error: )?Could not map (?P<path3>\S+)|failed to create shared memory file"
         r"|insufficient shared memory|[Uu]nable to allocate shared memory"
         r"|unable to (?:write to|open shared memory object) .*?/dev/shm.*"
