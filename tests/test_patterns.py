@@ -324,6 +324,9 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("mpi_process_exit", "  Process name: [[50371,1],3]", {"rank": 3}),
     ("port_in_use", "RuntimeError: Address already in us", {}),
     ("gloo_timeout", "RuntimeError: Resource temporarily unavailable", {}),
+    ("watchdog_timeout", "RuntimeError: [Rank 1] Caught collective operation timeout: "
+     "WorkNCCL(SeqNum=1, OpType=BROADCAST, TensorShape=[], Timeout(ms)=10800000) ran for "
+     "10800031 milliseconds before timing out.", {"pgrank": 1, "seq": 1, "op": "BROADCAST"}),
     ("backend_device_mismatch", "RuntimeError: Function argument device_ids not supported for "
      "the selected backend gloo", {"arg": "device_ids", "backend": "gloo"}),
     ("duplicate_gpu", "Error: rank 27 and rank 19 both on CUDA device 53000 (PCI 53:00.0)",

@@ -374,8 +374,10 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "watchdog_timeout",
         ("Watchdog caught collective operation timeout", "timed out in call to wait()",
-         "timed out in blocking wait", "] Watchdog"),
-        r"(?:(?:\[Rank (?P<pgrank>\d+)\] )?Watchdog caught collective operation timeout: "
+         "timed out in blocking wait", "] Watchdog", "Caught collective operation timeout"),
+        # (torch 1.10-1.13's blocking wait, WorkNCCL::synchronizeInternal, said "[Rank 1] Caught
+        # collective operation timeout: WorkNCCL(...) ran for N milliseconds", no "Watchdog")
+        r"(?:(?:\[Rank (?P<pgrank>\d+)\] )?(?:Watchdog c|C)aught collective operation timeout: "
         r"WorkNCCL\((?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:, TensorShape=\[[^\]]*\])?"
         r"(?:, NumelIn=(?P<nin>\d+), NumelOut=(?P<nout>\d+))?, Timeout\(ms\)=(?P<timeout_ms>\d+)\) "
         r"ran for (?P<ran_ms>\d+) milliseconds"
@@ -387,7 +389,7 @@ PATTERNS: tuple[Pattern, ...] = (
         # the same, shortened by whoever pasted it ("WorkNCCL(..., OpType=ALLREDUCE, ...)"):
         # each field read where it is found (up to "ran for N milliseconds": a line cut
         # before it is joined with the next first)
-        r"|(?:\[Rank (?P<pgrank3>\d+)\] )?Watchdog caught collective operation timeout:? "
+        r"|(?:\[Rank (?P<pgrank3>\d+)\] )?(?:Watchdog c|C)aught collective operation timeout:? "
         r"WorkNCCL\((?:[^)]*?SeqNum=(?P<seq3>\d+))?(?:[^)]*?OpType=(?P<op3>\w+))?"
         r"(?:[^)]*?NumelIn=(?P<nin3>\d+), ?NumelOut=(?P<nout3>\d+))?"
         r"(?:[^)]*?Timeout\(ms\)=(?P<timeout_ms3>\d+))?"

@@ -9,7 +9,8 @@ same op with another NumelIn), or at
 different sequence numbers of one process group (ranks 1-2 in BROADCAST #532339, rank 0 in
 _ALLGATHER_BASE #532341; or a rank whose "last completed NCCL work" is past another's timed-out
 one): the watchdog reports a rank's oldest unfinished work, so the rank ahead finished a collective
-the others are still in, which only a different call there allows; or Horovod's stall report
+the others are still in, which only a different call there allows (not the source of a broadcast
+one collective ahead of ranks still in it: the source finishes once its data has left); or Horovod's stall report
 showing the ranks submitted different tensors rather than some ranks none (every rank missing
 tensors of another op than the others, or ready sets of the stalled tensors that are disjoint and
 cover the job); or
@@ -338,6 +339,12 @@ class CollectiveMismatch(Rule):
             ahead = {r for r, st in timed.items() if st.timed_out_at > low
                      or (st.last_completed is not None and st.last_completed >= low)}
             if not ahead:
+                continue
+            behind_ops = {st.timed_out_op.upper() for r, st in timed.items() if r not in ahead}
+            if behind_ops == {"BROADCAST"} and all(
+                    timed[r].timed_out_at == low + 1 for r in ahead):
+                # A broadcast's source finishes it once its data has left, so it is one
+                # collective ahead of receivers that never got the data: no mismatch in that.
                 continue
             where = {r: f"{st.timed_out_op} #{st.timed_out_at}" for r, st in timed.items()}
             culprits, majority = _minority(where)

@@ -68,7 +68,7 @@ CONSEQUENCE = re.compile(
     r"Connection closed by (?:remote )?peer|Connection reset by peer|Failed to recv|got 0 bytes"
     r"|Broken pipe|ncclRemoteError|remote process exited|Timed out waiting \d+ms"
     r"|(?:Read|Write) timeout \[|Application timeout caused pair closure"
-    r"|Watchdog caught|ChildFailedError|ProcessExitedException|ProcessRaisedException"
+    r"|Watchdog caught|caught collective operation timeout|ChildFailedError|ProcessExitedException|ProcessRaisedException"
     r"|SignalException|KeyboardInterrupt|SystemExit|Socket Timeout|DistStoreError"
     r"|wait timeout after|Resource temporarily unavailable|detected by watchdog|Terminating the process|NCCL communicator was aborted"
     r"|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
