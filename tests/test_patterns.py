@@ -324,6 +324,12 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("mpi_process_exit", "  Process name: [[50371,1],3]", {"rank": 3}),
     ("port_in_use", "RuntimeError: Address already in us", {}),
     ("gloo_timeout", "RuntimeError: Resource temporarily unavailable", {}),
+    ("nccl_error", "c2211f46f318: Test NCCL failure common.cu:1005 'unhandled CUDA error'",
+     {"estr": "unhandled CUDA error"}),
+    ("nccl_connect_failure", "gpu-bql-144-103:18553:18611 [0] include/socket.h:360 WARN Call to "
+     "connect failed : Connection timed out", {"err": "Connection timed out"}),
+    ("nccl_warn", "WARN: Function: create_nccl_ofi_component Line: 459: NET/OFI Couldn't open AV."
+     " RC: -22, ERROR: Invalid argument", {}),
     ("watchdog_timeout", "RuntimeError: [Rank 1] Caught collective operation timeout: "
      "WorkNCCL(SeqNum=1, OpType=BROADCAST, TensorShape=[], Timeout(ms)=10800000) ran for "
      "10800031 milliseconds before timing out.", {"pgrank": 1, "seq": 1, "op": "BROADCAST"}),

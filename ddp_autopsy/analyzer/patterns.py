@@ -1064,7 +1064,8 @@ PATTERNS: tuple[Pattern, ...] = (
         ("exceeded retries", "exceeded error retry count", "exceeded timeouts", "failed : ",
          "wrong magic", "wrong type", "Proxy Call to rank", "Failed to execute operation",
          "PollConnect: Connect to ", "after sleep for", ", retrying (",
-         "Call to connect timeout", "NET/OFI Unable to insert remote address"),
+         "Call to connect timeout", "NET/OFI Unable to insert remote address",
+         "Call to connect failed : "),
         r"(?:(?P<fn>\w+): (?:connect (?:to (?P<addr>\S+) )?returned (?P<err>.+?), "
         r"(?:exceeded error retry count|retrying \((?P<try>\d+)/(?P=try)\))"
         r"|exceeded (?:retries|timeouts) \((?P<n>\d+)\))"
@@ -1081,6 +1082,8 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?P<frank>\d+)"
         # 2.3 (include/socket.h): "Call to connect timeout : Connection refused"
         r"|Call to connect timeout : (?P<err4>.+)"
+        # 2.2 (include/socket.h connectAddress): "Call to connect failed : Connection timed out"
+        r"|Call to connect failed : (?P<err5>.+)"
         # the AWS OFI net plugin could not add a peer's endpoint (EFA: its security group):
         # "NET/OFI Unable to insert remote address into address vector for device 1. RC: 0"
         r"|NET/OFI (?P<ofi>Unable to insert remote address into address vector)[^.]*)",
@@ -1322,12 +1325,17 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     _p(
         "nccl_error",
-        "NCCL error",
+        ("NCCL error", "Test NCCL failure", "Test CUDA failure"),
         # torch before 1.6 printed no version: "NCCL error in: .../ProcessGroupNCCL.cpp:272,
         # unhandled system error"
         r"NCCL error(?: in: (?P<file>\S+):(?P<line>\d+),|:) (?P<estr>.+?), "
         r"NCCL version (?P<version>[\w.]+)"
-        r"|NCCL error in: (?P<file2>\S+):(?P<line2>\d+), (?P<estr2>[^,]+?)\s*$",
+        r"|NCCL error in: (?P<file2>\S+):(?P<line2>\d+), (?P<estr2>[^,]+?)\s*$"
+        # nccl-tests (src/common.h NCCLCHECK / CUDACHECK): "host: Test NCCL failure
+        # common.cu:1005 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '",
+        # older releases without " / <last error>"
+        r"|Test (?:NCCL|CUDA) failure (?P<file3>[\w./-]+):(?P<line3>\d+) "
+        r"'(?P<estr3>[^'/]*?)\s*(?:/ (?P<last>[^']*))?'",
     ),
 )
 
@@ -1356,9 +1364,12 @@ NCCL_ADVISORY = (r"falling back|as fallback|[Ii]gnoring|[Ss]kipping|disabling|is
 
 # Any other NCCL WARN (NCCL has ~1000 WARN formats across 2.3-2.30: docs/messages.md): a failure
 # NCCL reported that no specific pattern reads.
+# (NCCL 2.2 wrote "include/socket.h:360 WARN ..." without "NCCL"; the AWS OFI plugin's own
+# logger up to 0.9, "WARN: Function: create_nccl_ofi_component Line: 459: NET/OFI ...")
 PATTERNS = (*PATTERNS, Fallback(
-    "nccl_warn", ("NCCL WARN ",),
-    rf"NCCL WARN (?!.*(?:{NCCL_ADVISORY}))(?P<msg>\S.*)",
+    "nccl_warn", ("NCCL WARN ", " WARN ", "WARN: Function: "),
+    rf"(?:NCCL WARN |\] [\w/.-]+\.(?:h|cc|cu|c):\d+ WARN |^WARN: Function: \w+ Line: \d+: "
+    rf"(?=NET/OFI ))(?!.*(?:{NCCL_ADVISORY}))(?P<msg>\S.*)",
     known=tuple(p for p in PATTERNS if p.kind not in _CONTEXT_KINDS)))
 
 #: Literal needles of every pattern, for the vectorised pre-filter.
