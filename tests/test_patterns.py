@@ -324,6 +324,8 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("mpi_process_exit", "  Process name: [[50371,1],3]", {"rank": 3}),
     ("port_in_use", "RuntimeError: Address already in us", {}),
     ("gloo_timeout", "RuntimeError: Resource temporarily unavailable", {}),
+    ("nccl_error", "cupy_backends.cuda.libs.nccl.NcclError: NCCL_ERROR_SYSTEM_ERROR: unhandled "
+     "system error (run with NCCL_DEBUG=INFO for details)", {"estr": "unhandled system error"}),
     ("nccl_error", "c2211f46f318: Test NCCL failure common.cu:1005 'unhandled CUDA error'",
      {"estr": "unhandled CUDA error"}),
     ("nccl_connect_failure", "gpu-bql-144-103:18553:18611 [0] include/socket.h:360 WARN Call to "

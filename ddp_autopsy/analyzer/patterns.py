@@ -1325,7 +1325,7 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     _p(
         "nccl_error",
-        ("NCCL error", "Test NCCL failure", "Test CUDA failure"),
+        ("NCCL error", "Test NCCL failure", "Test CUDA failure", "NcclError: NCCL_ERROR_"),
         # torch before 1.6 printed no version: "NCCL error in: .../ProcessGroupNCCL.cpp:272,
         # unhandled system error"
         r"NCCL error(?: in: (?P<file>\S+):(?P<line>\d+),|:) (?P<estr>.+?), "
@@ -1335,7 +1335,10 @@ PATTERNS: tuple[Pattern, ...] = (
         # common.cu:1005 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '",
         # older releases without " / <last error>"
         r"|Test (?:NCCL|CUDA) failure (?P<file3>[\w./-]+):(?P<line3>\d+) "
-        r"'(?P<estr3>[^'/]*?)\s*(?:/ (?P<last>[^']*))?'",
+        r"'(?P<estr3>[^'/]*?)\s*(?:/ (?P<last>[^']*))?'"
+        # cupy's NCCL binding (cupy_backends/cuda/libs/nccl.pyx check_status, vLLM's older
+        # paths): "NcclError: NCCL_ERROR_SYSTEM_ERROR: unhandled system error (run with ...)"
+        r"|NcclError: NCCL_ERROR_\w+: (?P<estr4>.+?)(?: \(run with NCCL_DEBUG.*)?$",
     ),
 )
 

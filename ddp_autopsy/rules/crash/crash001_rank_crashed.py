@@ -409,7 +409,8 @@ def _crash_exit(code: object) -> bool:
 #: A store read that failed because the store's server went away (reset, closed, refused,
 #: end of file): not a timeout.
 LOST_STORE = re.compile(r"reset|closed|refused|broken pipe|EOF|end of file", re.I)
-NCCL_ERROR = re.compile(r"NCCL error(?: in| \d+)?:", re.IGNORECASE)
+# (torch's "NCCL error in: ...", pynccl's "NCCL error: ...", cupy's "NcclError: NCCL_ERROR_...")
+NCCL_ERROR = re.compile(r"NCCL error(?: in| \d+)?:|NcclError: NCCL_ERROR_", re.IGNORECASE)
 #: CUDA errors that leave the context unusable (cudaErrorIllegalAddress, ...LaunchFailure,
 #: ...Assert, ...MisalignedAddress, ...IllegalInstruction, ...HardwareStackError,
 #: ...ECCUncorrectable).
