@@ -167,3 +167,10 @@ def test_a_traceback_glued_to_a_cut_bar_is_its_own_message() -> None:
                      "[default0]:Traceback (most recent call last):",
                      "node3: Traceback (most recent call last):"):
         assert segments(prefixed) == [prefixed]
+
+
+def test_torchrun_role_with_a_colon_names_the_local_rank() -> None:
+    """torchrun --role "$(hostname -s):" --tee 3 writes "[host1:0]" and the text, no colon."""
+    info = parse_line("[host1:2]AttributeError: 'list' object has no attribute 'sum'", 2026)
+    assert (info.local_rank, info.body) == (2, "AttributeError: 'list' object has no attribute 'sum'")
+    assert parse_line("[node-0:29500] listening", 2026).local_rank is None  # a port, not a local rank

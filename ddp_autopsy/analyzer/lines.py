@@ -99,6 +99,9 @@ ANY_FILE_PREFIX = (r"^(?:(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,62}| *[0-9]+|\[[0-9]+\])
 # "[trainer0|3]:" or "[trainer0:3]:" (role, local rank, global rank) are read too. "[rankN]:" is
 # torch's own (P2/P3).
 LAUNCHER = re.compile(r"^\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)(?:[|:](?P<gr>\d+))?\]:\s?")
+# ... and torchrun --role "$(hostname -s):" --tee: "[host1:0]" + the text, the role ending in ":"
+# and no colon after the bracket (a local rank of at most three digits: not "[node-0:29500]").
+ROLE_TEE = re.compile(r"^\[(?P<role>[A-Za-z_][\w.-]*):(?P<lr>\d{1,3})\](?!:)")
 # Open MPI --tag-output: "[1,3]<stdout>:"
 MPI = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr)>:\s?")
 TORCH_RANK = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
@@ -521,6 +524,12 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
             parts.append(f"l={info.local_rank}")
             if m.group("gr") is not None and info.rank is None:
                 info.rank, info.cue = int(m.group("gr")), "launcher prefix rank"
+            body = body[m.end() :]
+            continue
+        m = ROLE_TEE.match(body) if body.startswith("[") else None
+        if m and info.local_rank is None:
+            info.local_rank = int(m.group("lr"))
+            parts.append(f"l={info.local_rank}")
             body = body[m.end() :]
             continue
         m = TORCH_RANK.match(body) or LIGHTNING.match(body) or UPPER_RANK.match(body)
