@@ -6,7 +6,10 @@ signal), a rank's own Python exception (not one that only reports a dead peer), 
 `torch.multiprocessing.spawn` child that raised or was killed, a rank whose CUDA context died of a
 sticky error (an illegal memory access, a device-side assert, even when only its watchdog thread
 re-raised it, or only NCCL's "Cuda failure 700 'an illegal memory access was encountered'" names
-its host and pid, with no other failure before it in that file), a process a fatal signal ended
+its host and pid, with no other failure before it in that file), a process an uncaught C++
+exception aborted ("terminate called after throwing an instance of 'c10::CUDAError'"; not the
+watchdog's DistBackendError, Gloo's enforce failures, nor one whose what() is an NCCL error), a
+process a fatal signal ended
 (a shell's "Aborted (core dumped)", Open MPI's "[host:pid] Signal: Segmentation fault (11)"), or, at
 low confidence, a rank whose traceback a paste cut before its exception line while no rank
 reported anything else, and, lower still, the process at the other end of a connection that
@@ -156,6 +159,28 @@ class RankCrashed(Rule):
                 details={"exception": first["data"].get("type"), "message": first["data"].get("msg"),
                          "frame": first["data"].get("frame"), "exitcode": code},
             )
+            return
+        # An uncaught C++ exception aborted a process (std::terminate), other than the watchdog's
+        # own report of a timeout or an NCCL error (c10::DistBackendError, WATCHDOG_ABORTS).
+        # (nor one whose what() line, next, is an NCCL error: the NCCL rules' or the fallback's)
+        nccl_what = {(r["source"], r["line"] - 1) for r in job.rows("nccl_error")}
+        aborts = earliest_first(
+            r for r in job.rows("cpp_terminate")
+            if not CPP_CONSEQUENCE.search(str(r["data"].get("type") or ""))
+            and (r["source"], r["line"]) not in nccl_what
+            and not any(w["rank"] == r["rank"] and w["local_rank"] == r["local_rank"]
+                        for w in job.rows(*WATCHDOG_ABORTS)))
+        if aborts:
+            first = aborts[0]
+            ranks = {r["rank"] for r in aborts if r["rank"] is not None}
+            lr = first["local_rank"]
+            who = subject(ranks, f"Local rank {lr}" if lr is not None else "A process")
+            yield self.from_rows(
+                aborts, f"{who} aborted on an uncaught C++ exception "
+                f"({first['data'].get('type')}; its what() line says why), with no Python "
+                "traceback: a failure in native code (a CUDA or NCCL call, an extension).",
+                shown=2, ranks=ranks, confidence=0.6,
+                details={"exception": first["data"].get("type"), "local_rank": lr})
             return
         # The interpreter could not even start the script: every process so started died at
         # once, before any traceback (the launcher's exit codes only echo it).
@@ -425,6 +450,9 @@ STICKY_CUDA = re.compile(
     + r"|Cuda failure (?:\d+ )?'" + _STICKY_WORDS + "'"
     # the kernel's own report of a device-side assert (printed before the Python error)
     r"|block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .+ failed")
+#: C++ exceptions that report another failure (the watchdog's timeout or NCCL error).
+# (and Gloo's enforce failures, which report what a peer sent: NCCL007's sizes, a dead peer)
+CPP_CONSEQUENCE = re.compile(r"DistBackendError|DistNetworkError|DistStoreError|gloo::")
 #: What torch's watchdog prints before it takes its process down.
 WATCHDOG_ABORTS = ("watchdog_timeout", "watchdog_abort", "nccl_teardown")
 
