@@ -228,7 +228,7 @@ def write_doc(results: dict[str, dict]) -> dict[str, int]:
     for fault in FAULTS:
         lines.append(f"| {fault} | {how[fault]} | {', '.join(EXPECTED[fault])} |")
     counts = {"cells": 0, "run": 0, "right": 0, "rank0": 0, "rank0_right": 0,
-              "hard": 0, "hard_right": 0, "na": 0, "errors": 0}
+              "hard": 0, "hard_right": 0, "frozen": 0, "frozen_right": 0, "na": 0, "errors": 0}
     rows = []
     for topology, fault, position, mode in itertools.product(TOPOLOGIES, FAULTS, POSITIONS,
                                                              MODES):
@@ -248,6 +248,10 @@ def write_doc(results: dict[str, dict]) -> dict[str, int]:
             if fault in ("sigkill", "sigsegv", "sigstop"):
                 counts["hard"] += 1
                 counts["hard_right"] += ok
+            if fault in ("sigstop", "gil") and mode in ("live", "fr"):
+                # with stacks a stopped or GIL-held rank must be named frozen, never crashed
+                counts["frozen"] += 1
+                counts["frozen_right"] += r.get("culprit_state") == "frozen"
         cause, culprit, secs, words = _cell(r, why)
         rows.append(f"| {topology} | {fault} | {position} | {mode} | {cause} | {culprit} | "
                     f"{secs} | {words} |")
@@ -264,6 +268,9 @@ def write_doc(results: dict[str, dict]) -> dict[str, int]:
         f"- cause and culprit right: {pct(counts['right'], counts['run'])} of the cells run",
         f"- rank-0 cells: {pct(counts['rank0_right'], counts['rank0'])}",
         f"- SIGKILL / SIGSEGV / SIGSTOP cells: {pct(counts['hard_right'], counts['hard'])}",
+        f"- a stopped (SIGSTOP) or GIL-held rank named frozen in its rank state, live and fr "
+        f"cells: {pct(counts['frozen_right'], counts['frozen'])} (logs mode has no stacks: "
+        "the harness stops the job, the rank reads as exited or seen, never crashed)",
         f"- cells with a harness note: {counts['errors']}",
         "",
         "## Cells",
