@@ -389,11 +389,17 @@ def _skipped(member: Member) -> bool:
     return any(lower.endswith(s) for s in SKIP_SUFFIXES)
 
 
+def _pyspy_text_head(head: bytes) -> bool:
+    """The cheap test before :func:`looks_like_pyspy_text`: its header, or a paste of its
+    threads that starts with one."""
+    return b"Python v" in head or head.lstrip().startswith(b"Thread ")
+
+
 def _is_text(head: bytes, member: Member) -> bool:
     """Whether a file whose first bytes are ``head`` is read as a log (not a Flight Recorder
     dump, not a py-spy dump: see :func:`_load_member`)."""
     return not (looks_like_dump(head, member.relpath) or looks_like_pyspy_json(head)
-                or (b"Python v" in head and looks_like_pyspy_text(head)))
+                or (_pyspy_text_head(head) and looks_like_pyspy_text(head)))
 
 
 #: Below this many files, each is read on its own (no reader thread to start).
@@ -450,7 +456,7 @@ def _load_member(member: Member, ctx: FileContext, notes: list[InputNote],
                 dumps.append(read_dump(data, member.display, host=ctx.host, mtime=member.mtime))
                 inputs.append(InputRecord(member.display, "flight-recorder", bytes=len(data)))
                 return
-            if looks_like_pyspy_json(head) or (b"Python v" in head  # the cheap test first
+            if looks_like_pyspy_json(head) or (_pyspy_text_head(head)  # the cheap test first
                                                and looks_like_pyspy_text(head)):
                 data = head + fh.read()
                 own = owner or StackOwner(member.display, ctx.host, ctx.pid, ctx.rank,

@@ -64,8 +64,22 @@ def looks_like_pyspy_json(head: bytes) -> bool:
 
 
 def looks_like_pyspy_text(head: bytes) -> bool:
-    return bool(re.search(rb"(?m)^Thread (?:0x[0-9a-fA-F]+|\d+) \(\w+[^)]*\): ", head[:65536])) \
-        and b"Python v" in head[:65536]
+    """py-spy's text dump: its header ("Python v3.11.7 (...)") and thread lines, or (a paste
+    that kept only the threads, or several dumps concatenated without their headers) a head
+    made mostly of thread lines and their frames."""
+    head = head[:65536]
+    if not re.search(rb"(?m)^Thread (?:0x[0-9a-fA-F]+|\d+) \(\w+[^)]*\): ", head):
+        return False
+    if b"Python v" in head:
+        return True
+    lines = [x for x in head.splitlines() if x.strip()]
+    threads = sum(1 for x in lines if HEADLESS_THREAD.match(x))
+    frames = sum(1 for x in lines if HEADLESS_FRAME.match(x))
+    return threads >= 1 and frames >= 3 and threads + frames >= 0.8 * len(lines)
+
+
+HEADLESS_THREAD = re.compile(rb'^Thread (?:0x[0-9a-fA-F]+|\d+) \([^)]*\): "[^"]*"\s*$')
+HEADLESS_FRAME = re.compile(rb"^\s+\S.* \([^()]*(?::\d+)?\)\s*$")
 
 
 def parse_pyspy_json(data: bytes | str, owner: StackOwner) -> list[dict[str, Any]]:
@@ -183,25 +197,39 @@ def parse_pyspy_text(text: str, owner: StackOwner) -> list[dict[str, Any]]:
     pid = owner.pid
     thread: dict[str, Any] | None = None
     frames: list[Parsed] = []
+    # Thread lines with no frames of their own before the next one share its stack (a paste that
+    # lists the threads a stack is the same for).
+    sharing: list[dict[str, Any]] = []
 
     def flush() -> None:
         if thread is not None:
-            for depth, (func, file, line, native) in enumerate(_fold(frames)):
-                rows.append({
-                    "source": owner.source, "host": owner.host, "pid": pid, "rank": owner.rank,
-                    "local_rank": owner.local_rank, **thread, "depth": depth,
-                    "func": func, "file": file, "line": line, "native": native,
-                })
+            for t in [*sharing, thread] if frames else []:
+                # (no "Process" header: a main thread's id is its process's pid)
+                t_pid = pid if pid is not None else (
+                    t.pop("_tid_pid", None) if t.get("thread_name") == "MainThread" else None)
+                t.pop("_tid_pid", None)
+                for depth, (func, file, line, native) in enumerate(_fold(frames)):
+                    rows.append({
+                        "source": owner.source, "host": owner.host, "pid": t_pid,
+                        "rank": owner.rank, "local_rank": owner.local_rank, **t,
+                        "depth": depth, "func": func, "file": file, "line": line,
+                        "native": native,
+                    })
+            if frames:
+                sharing.clear()
         frames.clear()
 
     for raw in text.splitlines():
         m = PROCESS_RE.match(raw)
         if m:
             flush()
+            sharing.clear()
             pid, thread = int(m.group("pid")), None
             continue
         m = THREAD_RE.match(raw)
         if m:
+            if thread is not None and not frames:
+                sharing.append(thread)
             flush()
             tid = m.group("tid")
             state = m.group("state")
@@ -210,6 +238,7 @@ def parse_pyspy_text(text: str, owner: StackOwner) -> list[dict[str, Any]]:
                 "thread_name": m.group("name"),
                 "idle": "idle" in state,
                 "owns_gil": "gil" in state.lower(),
+                **({"_tid_pid": int(tid)} if not tid.startswith("0x") else {}),
             }
             continue
         if thread is None:
