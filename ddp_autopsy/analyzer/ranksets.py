@@ -44,6 +44,20 @@ def parse_ranks(text: object) -> set[int]:
     return {int(x) for x in str(text or "").replace(",", " ").split() if x.isdigit()}
 
 
+def expand_ranks(text: object) -> set[int]:
+    """The ranks of a list with ranges, as SLURM writes tasks: ``"0-5,7"``, ``"[2,4-5]"``.
+
+    >>> sorted(expand_ranks("[0-2,7]")), expand_ranks(None)
+    ([0, 1, 2, 7], set())
+    """
+    out: set[int] = set()
+    for part in str(text or "").strip("[]").split(","):
+        lo, _, hi = part.strip().partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out |= set(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 def short_ranks(ranks: Iterable[int], limit: int = RANGES_SHOWN) -> str:
     """:func:`format_ranks`, elided past ``limit`` ranges.
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 from ddp_autopsy.analyzer import snapshots
 from ddp_autopsy.analyzer.attribution import one_host
@@ -285,16 +286,14 @@ class CollectiveMismatch(Rule):
     def _watchdog_ops(self, job: Job) -> Iterator[Finding]:
         by_seq: dict[int, dict[int, str]] = defaultdict(dict)
         rows_by_seq: dict[int, list] = defaultdict(list)
-        for r in job.rows("watchdog_timeout"):
-            d = r["data"]
-            rank = r["rank"] if r["rank"] is not None else d.get("pgrank")
-            if rank is None or "seq" not in d:
-                continue
-            # (the same op with another size is another call too: a 1-element metric against
-            # a gradient bucket)
-            by_seq[d["seq"]][rank] = d["op"] + (f" of {d['nin']} elements"
-                                                if d.get("nin") is not None else "")
-            rows_by_seq[d["seq"]].append(r)
+        for seq, timed in timeouts_by_seq(job).items():
+            for rank, r in timed:
+                d = r["data"]
+                # (the same op with another size is another call too: a 1-element metric
+                # against a gradient bucket)
+                by_seq[seq][rank] = d["op"] + (f" of {d['nin']} elements"
+                                               if d.get("nin") is not None else "")
+                rows_by_seq[seq].append(r)
         for seq, ops in sorted(by_seq.items()):
             if len(set(ops.values())) < 2:
                 continue
@@ -390,6 +389,17 @@ class CollectiveMismatch(Rule):
 
 #: Point-to-point ops: their sequence numbers are not the collectives'.
 P2P_OPS = frozenset({"SEND", "RECV", "RECVANYSOURCE", "_COALESCED"})
+
+
+def timeouts_by_seq(job: Job) -> dict[int, list[tuple[int, dict[str, Any]]]]:
+    """Watchdog timeouts by the collective number they name: (rank, row) pairs in input order,
+    the rank from the line, else the process-group rank its message names."""
+    out: dict[int, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    for r in job.rows("watchdog_timeout"):
+        rank = r["rank"] if r["rank"] is not None else r["data"].get("pgrank")
+        if rank is not None and r["data"].get("seq") is not None:
+            out[r["data"]["seq"]].append((rank, r))
+    return out
 
 
 def _minority(value_of: dict[int, str]) -> tuple[set[int], bool]:

@@ -81,7 +81,7 @@ from ddp_autopsy.rules.base import (
     first_ts,
     rank_phrase,
 )
-from ddp_autopsy.rules.coll.coll001_collective_mismatch import finished_and_waiting
+from ddp_autopsy.rules.coll.coll001_collective_mismatch import finished_and_waiting, timeouts_by_seq
 from ddp_autopsy.rules.coll.coll012_silent_ranks import barrier_named
 
 
@@ -237,18 +237,11 @@ EVALUATION = re.compile(r"(?i)^(?:evaluat|validat|predict)")
 def split_sizes(job: Job) -> tuple[int, str, dict[int, int], list] | None:
     """(seq, op, rank -> NumelIn, rows) when watchdog timeouts put ranks at one collective
     number with one op but different sizes, else None."""
-    by_seq: dict[int, dict[int, tuple[str, int]]] = {}
-    rows_of: dict[int, list] = {}
-    for r in job.rows("watchdog_timeout"):
-        d = r["data"]
-        rank = r["rank"] if r["rank"] is not None else d.get("pgrank")
-        if rank is None or d.get("seq") is None or d.get("nin") is None or not d.get("op"):
-            continue
-        by_seq.setdefault(d["seq"], {})[rank] = (d["op"], d["nin"])
-        rows_of.setdefault(d["seq"], []).append(r)
-    for seq, at in sorted(by_seq.items()):
-        ops = {op for op, _ in at.values()}
-        sizes = {rank: n for rank, (_, n) in at.items()}
+    for seq, timed in sorted(timeouts_by_seq(job).items()):
+        sized = [(rank, r) for rank, r in timed
+                 if r["data"].get("nin") is not None and r["data"].get("op")]
+        ops = {r["data"]["op"] for _, r in sized}
+        sizes = {rank: r["data"]["nin"] for rank, r in sized}
         if len(ops) == 1 and len(set(sizes.values())) > 1:
-            return seq, ops.pop(), sizes, rows_of[seq]
+            return seq, ops.pop(), sizes, [r for _, r in sized]
     return None

@@ -40,6 +40,7 @@ from typing import Any
 
 from ddp_autopsy.analyzer.attribution import ONE_NODE_CUE, SUMMARY_CUE, declared_nodes
 from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.ranksets import expand_ranks
 from ddp_autopsy.rules.base import Finding, Rule, ranks_of, subject
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
@@ -110,13 +111,7 @@ class OutOfMemory(Rule):
         if job.rows("worker_failed", "elastic_failure", "closing_signal", "agent_signal",
                     "launch_nodes", "spawn_failed"):
             return set()
-        tasks: set[int] = set()
-        for r in rows:
-            for part in str(r["data"].get("tasks") or "").strip("[]").split(","):
-                lo, _, hi = part.partition("-")
-                if lo.isdigit() and (not hi or hi.isdigit()):
-                    tasks |= set(range(int(lo), int(hi or lo) + 1))
-        return tasks
+        return set().union(*(expand_ranks(r["data"].get("tasks")) for r in rows))
 
     def _ray_worker_died(self, job: Job) -> Iterator[Finding]:
         """A Ray actor's process that exited without Ray asking (SYSTEM_ERROR) and with no

@@ -186,10 +186,7 @@ class NetworkErrorRuntime(Rule):
             return  # not every rank stalled in one collective: someone else is the story
         _, ranks, what = stall
         ops = [what]
-        ranked = job.active_events.filter(pl.col("rank").is_not_null())
-        by_source: dict[str, set[int]] = {}
-        for source, rank in ranked.select("source", "rank").iter_rows():
-            by_source.setdefault(source, set()).add(rank)
+        by_source = _ranks_by_source(job)
         sources = {r["source"] for r in silent}
         others = set(by_source) - sources
         near = set().union(*(by_source.get(s, set()) for s in sources))
@@ -224,13 +221,9 @@ class NetworkErrorRuntime(Rule):
         if stall is None or one_host(job):
             return
         _, ranks, what = stall
-        ranked = job.active_events.filter(pl.col("rank").is_not_null())
-        by_source: dict[str, set[int]] = {}
-        for source, rank in ranked.select("source", "rank").iter_rows():
-            by_source.setdefault(source, set()).add(rank)
+        by_source = _ranks_by_source(job)
         if len(by_source) < 2 or set().union(*by_source.values()) != ranks \
-                or any(a & b for a in by_source.values() for b in by_source.values()
-                       if a is not b):
+                or sum(map(len, by_source.values())) != len(ranks):
             return  # not one file per node holding the stalled ranks
         reports = job.rows("worker_failed", "elastic_failure")
         reported = {r["source"] for r in reports} & set(by_source)
@@ -251,8 +244,8 @@ class NetworkErrorRuntime(Rule):
         else:
             return
         mine = sorted(by_source[cut])
-        hosts = sorted({r["host"] for r in ranked.filter(pl.col("source") == cut)
-                        .iter_rows(named=True) if r["host"]})
+        hosts = job.active_events.filter(pl.col("source") == cut)["host"].drop_nulls() \
+            .unique().sort().to_list()
         evidence = [r for r in stall[0] if r["rank"] in mine][:2] + [
             r for r in reports if r["source"] in reported][:1]
         caveat = (" With two nodes the side cannot be told from logs: a cut on the other node "
@@ -278,6 +271,15 @@ class NetworkErrorRuntime(Rule):
             "rank failing or missing, the likely cause is the network between them (a link or "
             "switch port down, a firewall rule) or the transport stalling.", shown=3, ranks=(),
             hosts=hosts, confidence=0.4, details={"ranks": sorted(ranks), "collective": what})
+
+
+def _ranks_by_source(job: Job) -> dict[str, set[int]]:
+    """Each input file's ranks (one file per node: the ranks of that node)."""
+    by_source: dict[str, set[int]] = {}
+    ranked = job.active_events.filter(pl.col("rank").is_not_null())
+    for source, rank in ranked.select("source", "rank").iter_rows():
+        by_source.setdefault(source, set()).add(rank)
+    return by_source
 
 
 def same_call_stall(job: Job) -> tuple[list[dict[str, Any]], set[int], str] | None:
