@@ -108,6 +108,7 @@ def _load(path: Path, monkeypatch: pytest.MonkeyPatch, *, quick: bool, presift: 
         m.setattr(events, "NUMPY_AFTER", 0)
         m.setattr(events, "_sift_quick", recording)
         m.setattr(job, "PRESIFT_FILES", 2 if presift else 10**9)
+        m.setattr(events, "PROCESS_FILES", 10**9)  # in this process: see test_perf_workers.py
         return job.load([path]), taken
 
 

@@ -52,7 +52,7 @@ from typing import IO, Any
 import polars as pl
 
 from ddp_autopsy.analyzer import patterns as P
-from ddp_autopsy.analyzer import timestamps
+from ddp_autopsy.analyzer import timestamps, workers
 from ddp_autopsy.analyzer.attribution import SELF_RANK_CUE
 from ddp_autopsy.analyzer.layout import attribution_from_path
 from ddp_autopsy.analyzer.lines import _ANY_PREFIX as ANY_PREFIX
@@ -514,8 +514,18 @@ class _Scanned:
 _SNIFFED = (b"\x1f\x8b", b"\x28\xb5\x2f\xfd", b"x\x01", b"x^", b"x\x9c", b"x\xda")
 
 
+class _NeedsPolars(Exception):
+    """Raised in a worker process (see :class:`Presifter`) where a file would need polars."""
+
+
+#: Set in worker processes: polars' thread pools do not survive a fork.
+_no_polars = False
+
+
 def _read_lines(block: bytes) -> tuple[pl.DataFrame, bool]:
     """A block's lines as ``line`` (0-based), ``text``; whether bad UTF-8 was replaced."""
+    if _no_polars:
+        raise _NeedsPolars
     if block.startswith(_SNIFFED):
         frame, replaced = _read_lines(b"\n" + block)
         return frame.slice(1).with_columns(pl.col("line") - 1), replaced
@@ -1157,12 +1167,26 @@ class Presifter:
                  accept: Callable[[bytes, Any], bool],
                  context: Callable[[Any], FileContext] | None = None) -> None:
         small = [(k, o, n) for k, o, n in files if n is not None and 0 < n <= SMALL_FILE]
-        if sum(n >= QUICK_MIN for _, _, n in small) >= NUMPY_AFTER:  # numpy from the first
+        large = [f for f in small if f[2] >= QUICK_MIN]
+        if len(large) >= NUMPY_AFTER:  # numpy from the first
             global _counted
             _counted = max(_counted, NUMPY_AFTER)
         self._wanted = {id(f[0]) for f in small}
         self._accept = accept
         self._context = context
+        #: Notes on the worker processes (one that died, or hung), for the caller to add.
+        self.notes: list[InputNote] = []
+        self._forked: dict[int, int] = {}  # id(key) -> index in self._large
+        self._large = large
+        self._procs: workers.ForkPool | None = None
+        if context is not None and len(large) >= PROCESS_FILES and _processes():
+            self._forked = {id(f[0]): i for i, f in enumerate(large)}
+            small = [f for f in small if id(f[0]) not in self._forked]
+            if _counted >= NUMPY_AFTER:
+                _newlines_before(b"", [])  # numpy imported once, not in every child
+            self._procs = workers.ForkPool(
+                large, functools.partial(_scan_alone, accept=accept, context=context),
+                workers.cores(), PROCESS_CHUNK, setup=_in_worker, child_hook=_child_hook)
         self._batches: deque[list[tuple[Any, Callable[[], IO[bytes]], int]]] = deque()
         size = BATCH_BYTES
         for f in small:  # batches by listed size: nothing is read here
@@ -1179,6 +1203,8 @@ class Presifter:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._procs is not None:
+            self._procs.close()
         for _, fut in self._running:
             fut.cancel()
         self._running.clear()
@@ -1197,6 +1223,8 @@ class Presifter:
         """``key``'s file sifted, or None when the caller must read it itself."""
         if id(key) not in self._wanted:
             return None
+        if (index := self._forked.get(id(key))) is not None:
+            return self._take_forked(key, index)
         while id(key) not in self._ready:
             if not self._running:
                 return None
@@ -1208,6 +1236,64 @@ class Presifter:
             self._ready.update(zip(map(id, keys), results, strict=True))
             self._more()
         return self._ready.pop(id(key))
+
+    def _take_forked(self, key: Any, index: int) -> Sifted | None:
+        assert self._procs is not None and self._context is not None
+        noted = len(self._procs.notes)
+        ok, got = self._procs.get(index)
+        if len(self._procs.notes) > noted:  # a worker died or hung: said at the file asked
+            display = self._context(key).display
+            self.notes += [InputNote(display, m) for m in self._procs.notes[noted:]]
+        if not ok or got is None:  # lost, or not for a worker: the caller reads it
+            return None
+        size, ctx, rows, notes, stats = got
+        again = functools.partial(_read_and_sift, [self._large[index]], self._accept)
+        return size, _Scanned(ctx, rows, notes, stats, lambda: again()[0])
+
+
+# --- many large files: worker processes ------------------------------------------------------
+
+#: A Presifter given this many plain files of QUICK_MIN bytes or more (up to SMALL_FILE) has
+#: them read, sifted and classified in forked worker processes, one a core (Linux; not with
+#: one core): most of their CPU time is Python holding the GIL, which threads cannot spread.
+PROCESS_FILES = 64
+#: Files a worker takes at a time (each chunk's events are sent back pickled, ~9 a file).
+PROCESS_CHUNK = 8
+#: Called in a worker before each file with the number it did so far (tests: a worker killed
+#: mid-read).
+_child_hook: Callable[[int], None] | None = None
+
+
+def _processes() -> bool:
+    """Whether worker processes may be used: Linux, more than one core, Hyperscan (without it
+    every file needs polars, which a worker cannot use)."""
+    return workers.available() and workers.cores() > 1 and _hyperscan() is not None
+
+
+def _in_worker() -> None:
+    global _no_polars
+    _no_polars = True
+
+
+def _scan_alone(file: tuple[Any, Callable[[], IO[bytes]], int],
+                accept: Callable[[bytes, Any], bool], context: Callable[[Any], FileContext]
+                ) -> tuple[int, FileContext, list[dict[str, Any]], list[InputNote], ScanStats
+                           ] | None:
+    """In a worker process: a large file read, sifted without polars and classified as
+    :func:`_read_and_sift` would (its events, notes and counts, and the context they were
+    classified for); None when it needs polars (or is not for a batch): the parent reads it."""
+    key, opener, size = file
+    data = _read_small(key, opener, size, accept)
+    if data is None:
+        return None
+    try:
+        sifted = _sift_quick(data)
+    except _NeedsPolars:
+        return None
+    if sifted is None:
+        return None
+    done = _prescan((len(data), sifted), context(key), lambda: [None])
+    return len(data), done.ctx, done.rows, done.notes, done.stats
 
 
 def release_freed_memory() -> None:

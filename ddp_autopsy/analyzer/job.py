@@ -349,6 +349,7 @@ def load(paths: Iterable[Path | str], *, use_summaries: bool = True) -> Job:
             for member in loose:
                 _load_member(member, _context(member), notes, inputs, event_rows, stack_rows,
                              dumps=dumps, presifted=ahead.take(member))
+            notes += ahead.notes  # worker processes that died or hung (their files read here)
 
     events = pl.DataFrame(event_rows, schema=EVENT_SCHEMA, orient="row") if event_rows \
         else pl.DataFrame(schema=EVENT_SCHEMA)

@@ -1,0 +1,105 @@
+"""Many large plain files are read, sifted and classified in forked worker processes
+(``events.Presifter``, ``workers.ForkPool``): the events, notes and inputs must be exactly those
+of reading them in this process, for every log of the corpus and the rule cases (and the large
+files of ``test_perf_quick``); a worker killed by a signal mid-read, or one that hangs, leaves a
+note and loses no event."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from polars.testing import assert_frame_equal
+
+from ddp_autopsy.analyzer import events, job, workers
+from tests.test_perf_quick import _inputs
+
+pytestmark = pytest.mark.skipif(
+    events._hyperscan() is None or not workers.available() or workers.cores() < 2,
+    reason="worker processes need Linux, two cores and Hyperscan")
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _inputs(tmp_path_factory.mktemp("workers"))
+
+
+def _load(path: Path, monkeypatch: pytest.MonkeyPatch, *, forked: bool,
+          hook: object = None) -> tuple[job.Job, int]:
+    """``path`` loaded with every file presifted and sifted without polars where it can be
+    (any size), in worker processes or not; and how many files the workers classified."""
+    done = 0
+    take = events.Presifter._take_forked
+
+    def counting(self: events.Presifter, key: object, index: int) -> events.Sifted | None:
+        nonlocal done
+        got = take(self, key, index)
+        done += got is not None
+        return got
+
+    with monkeypatch.context() as m:
+        m.setattr(events, "HYPERSCAN_MIN", 0)
+        m.setattr(events, "QUICK_MIN", 0)
+        m.setattr(job, "PRESIFT_FILES", 2)
+        m.setattr(events, "PROCESS_FILES", 1 if forked else 10**9)
+        m.setattr(events, "_child_hook", hook)
+        m.setattr(events.Presifter, "_take_forked", counting)
+        return job.load([path]), done
+
+
+def _same(a: job.Job, b: job.Job, skip_notes: int = 0) -> None:
+    assert_frame_equal(a.events, b.events)
+    assert [n.to_dict() for n in a.notes] == [n.to_dict() for n in b.notes[skip_notes:]]
+    assert [r.to_dict() for r in a.inputs] == [r.to_dict() for r in b.inputs]
+
+
+def test_workers_give_what_this_process_gives(inputs: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    here, none = _load(inputs, monkeypatch, forked=False)
+    there, done = _load(inputs, monkeypatch, forked=True)
+    assert none == 0 and done > 50 and here.events.height > 500
+    _same(here, there)
+
+
+def _once(marker: Path, then: object) -> object:
+    """A child hook that runs ``then(n)`` in the first worker to reach its fourth file only
+    (an exclusive create decides which)."""
+
+    def hook(n: int) -> None:
+        if n == 3:
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return
+            then(n)  # type: ignore[operator]
+
+    return hook
+
+
+def test_a_worker_killed_mid_read_loses_nothing(inputs: Path, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    here, _ = _load(inputs, monkeypatch, forked=False)
+    kill = _once(tmp_path / "killed", lambda _n: os.kill(os.getpid(), signal.SIGKILL))
+    there, done = _load(inputs, monkeypatch, forked=True, hook=kill)
+    assert (tmp_path / "killed").exists() and done > 40  # the other worker went on
+    died = [n for n in there.notes if "worker process ended (signal SIGKILL)" in n.message]
+    assert len(died) == 1 and died[0].level == "warning"
+    there.notes.remove(died[0])
+    _same(here, there)
+
+
+def test_a_hung_worker_is_stopped(inputs: Path, tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    here, _ = _load(inputs, monkeypatch, forked=False)
+    monkeypatch.setattr(workers, "HANG_SECONDS", 1.0)
+    hang = _once(tmp_path / "hung", lambda _n: time.sleep(3600))
+    t0 = time.monotonic()
+    there, _ = _load(inputs, monkeypatch, forked=True, hook=hang)
+    assert time.monotonic() - t0 < 60
+    hung = [n for n in there.notes if "sent nothing for 1 s" in n.message]
+    assert len(hung) == 1
+    there.notes.remove(hung[0])
+    _same(here, there)
