@@ -13,6 +13,7 @@ only for bundles that predate a pointer.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +22,12 @@ SCHEMA = "ddp-autopsy/bundle/1"
 SCHEMA_PREFIX = "ddp-autopsy/bundle/"
 
 MANIFEST = "manifest.json"
+#: The only locals a process's ``stack.json`` keeps (``py-spy dump --locals``): the arguments of
+#: torch.distributed's own calls that say whom a rank waits for (the root or peer rank, global
+#: and group-relative; a point-to-point tag; whether the call was asynchronous), when a number,
+#: a bool or None.
+CALL_ARGS = frozenset({"src", "dst", "group_src", "group_dst", "tag", "async_op"})
+CALL_ARG_VALUE = re.compile(r"^(?:-?\d{1,10}|True|False|None)$")
 NETWORK_PROBES = "network/probe.json"
 HOST_FACTS = "host/host.json"
 HOST_COMMANDS = {"nvidia-smi": "host/nvidia-smi.txt", "dmesg": "host/dmesg.txt"}

@@ -30,6 +30,7 @@ import pytest
 from click.testing import CliRunner
 
 from ddp_autopsy.analyzer.job import load
+from ddp_autopsy.bundle_layout import CALL_ARGS
 from ddp_autopsy.collectors import (
     CollectError,
     CollectOptions,
@@ -194,6 +195,14 @@ def test_stacks_show_the_hang(hung: SimpleNamespace, collected: SimpleNamespace)
             assert "evaluate" in names, names
         else:
             assert any(n.endswith("all_reduce") for n in names), names
+        # the locals py-spy read: torch.distributed's call arguments only (all_reduce's
+        # async_op), none of the user's frames (``token`` in run() holds a secret)
+        kept = [(f["name"], v["name"], v["repr"]) for t in stack for f in t["frames"]
+                for v in f.get("locals") or []]
+        assert all("torch/distributed/" in f["filename"] for t in stack for f in t["frames"]
+                   if f.get("locals")), kept
+        assert {name for _, name, _ in kept} <= CALL_ARGS, kept
+        assert (("all_reduce", "async_op", "False") in kept) == (rank != 1), kept
         text = (out / entry["stack_text"]).read_text()
         assert text.startswith(f"Process {pid}:") and ("evaluate" in text) == (rank == 1)
 

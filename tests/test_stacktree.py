@@ -240,7 +240,8 @@ def synthetic_stacks(n: int, depth: int = 40, odd: int = 1234,
         frames = [*inner, *layers, ("main", "train.py", 48), ("<module>", "train.py", 60)]
         for d, (f, fl, ln) in enumerate(frames):
             for k, v in zip(STACK_SCHEMA, (f"rank{r}.txt", f"n{r // 8}", 10000 + r, r, r % 8,
-                                           10000 + r, "MainThread", True, False, d, f, fl, ln, False),
+                                           10000 + r, "MainThread", True, False, d, f, fl, ln, False,
+                                           None),
                             strict=True):
                 cols[k].append(v)
     return pl.DataFrame(cols, schema=STACK_SCHEMA)

@@ -27,6 +27,8 @@ from typing import Any
 
 import polars as pl
 
+from ddp_autopsy.bundle_layout import CALL_ARG_VALUE, CALL_ARGS
+
 STACK_SCHEMA: dict[str, Any] = {
     "source": pl.String,
     "host": pl.String,
@@ -42,6 +44,9 @@ STACK_SCHEMA: dict[str, Any] = {
     "file": pl.String,
     "line": pl.Int64,
     "native": pl.Boolean,  # a C/C++ frame of py-spy --native (false or null: Python)
+    # a torch.distributed frame's call arguments that name ranks ("src=1 group_src=1"): the
+    # locals collect keeps (bundle_layout.CALL_ARGS); null without them
+    "args": pl.String,
 }
 
 
@@ -102,9 +107,9 @@ def parse_pyspy_json(data: bytes | str, owner: StackOwner) -> list[dict[str, Any
             line = _int(fr.get("line"))
             # py-spy names the library of a native frame (``module``); a Python frame has none
             native = bool(fr.get("module")) or (line == 0 and _library_name(file))
-            frames.append(_native(str(fr.get("name")), file) if native
-                          else (str(fr.get("name")), file, line, False))
-        for depth, (func, file, line, native) in enumerate(_fold(frames)):
+            frames.append((*_native(str(fr.get("name")), file), None) if native
+                          else (str(fr.get("name")), file, line, False, call_args(fr)))
+        for depth, (func, file, line, native, args) in enumerate(_fold(frames)):
             rows.append({
                 "source": owner.source,
                 "host": owner.host,
@@ -120,8 +125,20 @@ def parse_pyspy_json(data: bytes | str, owner: StackOwner) -> list[dict[str, Any
                 "file": file,
                 "line": line,
                 "native": native,
+                "args": args,
             })
     return rows
+
+
+def call_args(frame: dict[str, Any]) -> str | None:
+    """``"src=1 group_src=1"``: the :data:`~ddp_autopsy.bundle_layout.CALL_ARGS` among a
+    torch.distributed frame's locals (py-spy ``--locals``), in the order py-spy lists them."""
+    if "torch/distributed/" not in str(frame.get("filename", "")).replace("\\", "/"):
+        return None
+    pairs = [f"{v['name']}={v['repr']}" for v in frame.get("locals") or []
+             if isinstance(v, dict) and v.get("name") in CALL_ARGS
+             and CALL_ARG_VALUE.match(str(v.get("repr", "")))]
+    return " ".join(pairs) or None
 
 
 Parsed = tuple[str, str | None, int | None, bool]  # func, file, line, native
@@ -171,7 +188,7 @@ def _native(name: str, file: str | None) -> Parsed:
     return name, file or "?", None, True
 
 
-def _fold(frames: list[Parsed]) -> list[Parsed]:
+def _fold(frames: list[Any]) -> list[Any]:
     """Consecutive unknown frames of one library become one."""
     out: list[Parsed] = []
     for f in frames:

@@ -79,10 +79,18 @@ class Proc:
     idle: bool
     owns_gil: bool
     role: str | None = None
+    #: The innermost torch.distributed call's arguments that name ranks (``"src=1
+    #: group_src=1"``, stacks.STACK_SCHEMA's ``args``): None when the dump kept no locals.
+    args: str | None = None
 
     @property
     def label(self) -> str:
         return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
+
+    @property
+    def call_args(self) -> dict[str, str]:
+        """:attr:`args` as a mapping: ``{"src": "1", "group_src": "1"}``."""
+        return dict(a.split("=", 1) for a in (self.args or "").split() if "=" in a)
 
 
 def who(procs: Iterable[Proc], limit: int = 8) -> str:
@@ -346,6 +354,8 @@ def _keyed(stacks: pl.DataFrame, granularity: Granularity) -> pl.DataFrame:
     """Add ``_i`` (row), ``_p`` (process id) and ``_f`` (frame id) columns."""
     if "native" not in stacks.columns:  # a frame built before native frames existed
         stacks = stacks.with_columns(pl.lit(False).alias("native"))
+    if "args" not in stacks.columns:  # nor call arguments
+        stacks = stacks.with_columns(pl.lit(None, dtype=pl.String).alias("args"))
     df = stacks.with_row_index("_i").with_columns(
         pl.col("file").fill_null(""), pl.col("func").fill_null("?"),
         pl.col("idle").fill_null(True), pl.col("owns_gil").fill_null(False),
@@ -389,7 +399,8 @@ def _merge(rows: pl.DataFrame, frames: dict[int, Frame], role_of: dict[int, str 
         .agg(pl.col("_f").alias("_full"),
              pl.col("_f").filter(~pl.col("native")).alias("_path"),
              pl.col("source", "host", "pid", "rank", "local_rank", "thread_name", "idle",
-                    "owns_gil").first())
+                    "owns_gil").first(),
+             pl.col("args").drop_nulls().last())  # the innermost call's (outermost first)
         .sort("rank", "pid", "_p", "thread_id", nulls_last=True)
     )
     procs: list[Proc] = []
@@ -398,7 +409,7 @@ def _merge(rows: pl.DataFrame, frames: dict[int, Frame], role_of: dict[int, str 
             source=row["source"], host=row["host"], pid=row["pid"], rank=row["rank"],
             local_rank=row["local_rank"], thread_id=row["thread_id"],
             thread_name=row["thread_name"], idle=bool(row["idle"]),
-            owns_gil=bool(row["owns_gil"]), role=role_of.get(row["_p"]),
+            owns_gil=bool(row["owns_gil"]), role=role_of.get(row["_p"]), args=row["args"],
         ))
     paths = paths.with_row_index("_m")
     if by_thread:

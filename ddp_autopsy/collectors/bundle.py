@@ -334,8 +334,10 @@ class Bundle:
                                   command=command, status=SKIPPED, error=why))
 
     def command(self, name: str, argv: list[str], *, target: str | None, path: str | None,
-                step_timeout: float, max_bytes: int = 64 << 20) -> CommandResult | None:
-        """Run a command as an action and write its (redacted) stdout to ``path``.
+                step_timeout: float, max_bytes: int = 64 << 20,
+                keep: Callable[[bytes], bytes] | None = None) -> CommandResult | None:
+        """Run a command as an action and write its (redacted) stdout to ``path``; ``keep``
+        chooses what of the output is written (what it drops never reaches the disk).
 
         Returns ``None`` when skipped for the deadline. The caller may refine the record's
         ``status``/``error`` (e.g. py-spy's ``permission_denied``) through the returned action.
@@ -348,8 +350,9 @@ class Bundle:
         result = run_command(argv, timeout, self.deadline.cancel_event)
         written: str | None = None
         truncated = False
-        if path and result.stdout:  # also a failed or killed command's partial output
-            data, truncated = cap_bytes(result.stdout, max_bytes)
+        kept = keep(result.stdout) if keep and result.stdout else result.stdout
+        if path and kept:  # also a failed or killed command's partial output
+            data, truncated = cap_bytes(kept, max_bytes)
             self.write_text(path, data.decode(errors="surrogateescape"))
             written = path
         status = OK

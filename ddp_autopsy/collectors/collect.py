@@ -316,7 +316,8 @@ class _Collection:
             rels = {pid: f"{layout.SNAPSHOTS}/collect-{i}/{pid}/stack.json" for pid in pids}
             runs = {pid: pool.submit(b.command, "py-spy sample",
                                      pyspy.dump_argv(exe, pid, as_json=True, native=False),
-                                     target=f"pid {pid}", path=rels[pid], step_timeout=timeout)
+                                     target=f"pid {pid}", path=rels[pid], step_timeout=timeout,
+                                     keep=pyspy.keep_call_args)
                     for pid in pids}
             stacks = {}
             for pid, fut in runs.items():

@@ -88,10 +88,39 @@ def find_pyspy() -> str | None:
 
 def dump_argv(pyspy: str, pid: int, *, as_json: bool, native: bool) -> list[str]:
     argv = [pyspy, "dump", "--pid", str(pid)]
-    if as_json:
-        argv.append("--json")
+    if as_json:  # with the locals, of which :func:`keep_call_args` keeps a few numbers
+        argv += ["--json", "--locals"]
     argv.append("--native" if native else "--nonblocking")
     return argv
+
+
+
+
+def keep_call_args(stdout: bytes) -> bytes:
+    """A ``py-spy dump --locals --json`` document with every local dropped but the
+    :data:`~ddp_autopsy.bundle_layout.CALL_ARGS` of torch.distributed's own frames whose value
+    is a number, a bool or None (``"locals": [{"name": "src", "repr": "1", ...}]``): the other
+    locals may hold anything and are never written. Output that does not parse is not written
+    at all."""
+    try:
+        threads = json.loads(stdout)
+    except ValueError:
+        return b""
+    if not isinstance(threads, list):
+        return b""
+    for thread in threads:
+        for frame in (thread.get("frames") or []) if isinstance(thread, dict) else []:
+            if not isinstance(frame, dict) or "locals" not in frame:
+                continue
+            local_vars = frame.pop("locals") or []
+            if "torch/distributed/" not in str(frame.get("filename", "")).replace("\\", "/"):
+                continue
+            kept = [{"name": v["name"], "repr": v["repr"], "arg": bool(v.get("arg"))}
+                    for v in local_vars if isinstance(v, dict) and v.get("name") in layout.CALL_ARGS
+                    and layout.CALL_ARG_VALUE.match(str(v.get("repr", "")))]
+            if kept:
+                frame["locals"] = kept
+    return json.dumps(threads).encode()
 
 
 SPAWN_WRAP = ("_wrap", "multiprocessing/spawn.py")
@@ -340,7 +369,8 @@ def _run(bundle: Bundle, pyspy: str, pid: int, *, as_json: bool, native: bool,
          step_timeout: float, path: str) -> CommandResult | None:
     name = "py-spy dump --json" if as_json else "py-spy dump"
     return bundle.command(name, dump_argv(pyspy, pid, as_json=as_json, native=native),
-                          target=f"pid {pid}", path=path, step_timeout=step_timeout)
+                          target=f"pid {pid}", path=path, step_timeout=step_timeout,
+                          keep=keep_call_args if as_json else None)
 
 
 def _refine(result: CommandResult, status: str, error: str | None) -> None:

@@ -206,13 +206,11 @@ def _pyspy_sample(pyspy_exe: str | None, pid: int, timeout: float) -> Sample:
         return Sample(pid, "timeout", error=f"py-spy did not finish within {timeout}s")
     except OSError as exc:
         return Sample(pid, "error", error=str(exc))
-    try:
-        threads = json.loads(out.stdout) if out.returncode == 0 else None
-    except ValueError:
-        threads = None
+    kept = pyspy.keep_call_args(out.stdout) if out.returncode == 0 else b""
+    threads = json.loads(kept) if kept else None
     if not isinstance(threads, list):
         return _failed(pid, out.stderr.decode(errors="replace"), out.returncode)
-    return _reduce(pid, threads, out.stdout)
+    return _reduce(pid, threads, kept)
 
 
 def _reduce(pid: int, threads: list[Any], raw: bytes) -> Sample:

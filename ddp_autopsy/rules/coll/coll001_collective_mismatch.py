@@ -18,7 +18,9 @@ NCCL's own check: "Mismatched collective detected, please check your collective 
 around rank 39" (2.4-2.6), "Your program may be hanging, this may be caused by a collective
 mismatch around rank 3", or DeepSpeed ZeRO-3's check of the parameters each rank fetched:
 "disagreement between rank0 and rank6" (the ranks ran different modules, so they would gather
-different parameters). As a suspicion (0.3): every rank of a one-machine job waiting in the same
+different parameters); or stacks in which every rank waits in the same rooted collective and
+the root they name differs (broadcast's `src`, reduce's `dst`, from the call arguments collect
+keeps): the ranks that name another root than most are the odd ones. As a suspicion (0.3): every rank of a one-machine job waiting in the same
 collective at the same place, none missing or failed (their timeouts, or stack snapshots in which
 none moved): with no network between them, arguments that differ (root/src, size, dtype, group)
 are the likeliest reason. And ranks that timed out in a collective while every other rank's
@@ -54,7 +56,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from ddp_autopsy.analyzer import snapshots
+from ddp_autopsy.analyzer import snapshots, stacktree
 from ddp_autopsy.analyzer.attribution import one_host
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
@@ -72,6 +74,8 @@ from ddp_autopsy.rules.coll.coll015_horovod_stalled_tensors import horovod_split
 from ddp_autopsy.rules.nccl.nccl004_network_error_runtime import same_call_stall
 
 SEQ = re.compile(r"SequenceNumber=(\d+)")
+#: A rooted collective's root as torch.distributed's frame holds it: the global rank first.
+ROOT_ARGS = ("src", "dst", "group_src", "group_dst")
 
 
 def _normalise(fp: str) -> str:
@@ -130,7 +134,8 @@ class CollectiveMismatch(Rule):
         yield from self._horovod_split(job)
         yield from self._nccl_check(job)
         yield from self._zero3_traces(job)
-        yield from self._one_host_stall(job)
+        differ = list(self._different_roots(job))
+        yield from differ or self._one_host_stall(job)
         yield from self._others_finished(job)
         yield from self._after_training_end(job)
 
@@ -176,6 +181,48 @@ class CollectiveMismatch(Rule):
             evidence=[evidence_of(lost[0]), evidence_of(next(iter(done.values())))],
             ranks=sorted(waiting), confidence=0.6, ts=first_ts(lost),
             details={"waiting": sorted(waiting), "finished": sorted(done)})
+
+    def _different_roots(self, job: Job) -> Iterator[Finding]:
+        """Every rank's stack waits in the same collective, and the root it names (broadcast's
+        or reduce's ``src``/``dst``, from the locals collect keeps) is not the same on all: the
+        ranks that name another root than the most do never meet the others."""
+        if not job.stacks.height:
+            return
+        tree = job.stack_tree
+        classes = tree.classes
+        if len(tree) < 2 or not classes or any(c.collective is None for c in classes) \
+                or len({wait_label(c.collective) for c in classes}) != 1 \
+                or snapshots.moved(job.snapshot_moves, tree.procs):
+            return
+        roots: dict[str, list] = defaultdict(list)
+        for p in tree.procs:
+            given = p.call_args
+            root = next((f"{k}={given[k]}" for k in ROOT_ARGS if given.get(k, "None") != "None"),
+                        None)
+            if root is None:
+                return  # a rank whose root is not known: nothing to compare
+            roots[root].append(p)
+        if len(roots) < 2:
+            return
+        ordered = sorted(roots, key=lambda k: -len(roots[k]))
+        tie = len(roots[ordered[0]]) == len(roots[ordered[1]])
+        odd = [p for k in (ordered if tie else ordered[1:]) for p in roots[k]]
+        op = wait_label(classes[0].collective)
+        sides = "; ".join(f"{stacktree.who(roots[k])} with {k}" for k in ordered[:4])
+        evidence = [Evidence(path=p.source, line=None, rank=p.rank, host=p.host,
+                             text=f"{p.label} (pid {p.pid}): {op}({p.args})")
+                    for p in [*odd[:2], roots[ordered[0]][0]]]
+        yield self.finding(
+            f"The ranks wait in {op} with different roots: {sides}. A collective's root must "
+            "be the same on every rank; "
+            + ("which side is wrong the stacks do not say." if tie else
+               f"{stacktree.who(odd)} name{'s' if len(odd) == 1 else ''} another than the "
+               "others."),
+            evidence=evidence, ranks=[] if tie else [p.rank for p in odd if p.rank is not None],
+            hosts=[p.host for p in odd], confidence=0.5 if tie else 0.85,
+            details={"collective": op, "roots": {k: sorted(p.rank for p in roots[k]
+                                                           if p.rank is not None)
+                                                 for k in ordered}})
 
     def _one_host_stall(self, job: Job) -> Iterator[Finding]:
         """Every rank of a one-machine job waits in the same collective at the same place and

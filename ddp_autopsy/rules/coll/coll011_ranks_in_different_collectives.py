@@ -8,7 +8,10 @@ different places in the code. The rule names the odd ranks and both call sites. 
 dumps, the tracebacks the timeout left are the stacks: each rank's last traceback that ends in a
 torch.distributed call says which collective it was blocked in. With as many ranks on each side
 no side is named; when a point-to-point call (send, recv) is involved neither is, since
-a pipeline's stages send and receive by design.
+a pipeline's stages send and receive by design — unless the stacks carry the calls' peers
+(collect keeps torch.distributed's `src`/`dst`): a send to B pairs with B's receive from this
+rank, and the rank that the unpaired calls wait on most (at least two, more than any other) is
+named, e.g. a stage that receives from the wrong neighbour.
 
 ## Why it hangs or kills the job
 Collectives match by order within a process group: a rank that calls a different collective (or
@@ -80,6 +83,53 @@ COLLECTIVE_CALLS = (COLLECTIVES - {"init_process_group", "new_group", "_store_ba
 #: torch.distributed's point-to-point calls: a pipeline's stages send and receive by design.
 P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list",
                  "recv_object_list"})
+
+
+#: The point-to-point calls whose peer a stack's locals name, and which of them it is.
+PEER_ARG = {"send": "dst", "isend": "dst", "recv": "src", "irecv": "src"}
+
+
+def unpaired_peer(tree: stacktree.StackTree) -> tuple[int, list[tuple], dict] | None:
+    """The rank the others' unpaired point-to-point calls wait on, when the stacks' locals name
+    every peer: rank A's ``send(dst=B)`` pairs with B's ``recv(src=A)`` (or from any source),
+    A's ``recv(src=B)`` with B's ``send(dst=A)``. Each call left unpaired counts against the
+    peer it waits on; the rank counted against most, by at least two calls and strictly more
+    than any other, is returned with the calls that wait on it ``(proc, op, "to"/"from",
+    peer)`` and every rank's ``(call, peer)``. None when a rank's call or peer is unknown, or
+    nothing stands out."""
+    calls: dict[int, tuple[str, int | None]] = {}
+    by_rank = tree.by_rank()
+    for p in tree.procs:
+        c = by_rank.get(p.rank) if p.rank is not None else None
+        op = wait_label(c.collective).split(" ", 1)[0] if c and c.collective else None
+        if p.rank is None or op is None:
+            return None
+        if op not in PEER_ARG:
+            calls[p.rank] = (op, None)
+            continue
+        peer = p.call_args.get(PEER_ARG[op])
+        if peer is None:
+            return None
+        calls[p.rank] = (op, None if peer == "None" else int(peer))
+    against: dict[int, list[tuple]] = defaultdict(list)
+    for p in tree.procs:
+        op, peer = calls[p.rank]
+        if op not in PEER_ARG or peer is None:
+            continue
+        other = calls.get(peer, ("", -1))
+        sends = PEER_ARG[op] == "dst"
+        paired = other[0] in PEER_ARG and PEER_ARG[other[0]] != PEER_ARG[op] \
+            and other[1] in ((p.rank, None) if sends else (p.rank,))
+        if not paired:
+            against[peer].append((p, op, "to" if sends else "from", peer))
+    if not against:
+        return None
+    ordered = sorted(against, key=lambda r: -len(against[r]))
+    top = ordered[0]
+    runner_up = len(against[ordered[1]]) if len(ordered) > 1 else 0
+    if len(against[top]) < 2 or runner_up == len(against[top]):
+        return None
+    return top, against[top], calls
 
 
 class RanksInDifferentCollectives(Rule):
@@ -170,7 +220,21 @@ class RanksInDifferentCollectives(Rule):
 
         # wait labels look like "send", "recv (gloo)": point-to-point calls pair by design
         p2p = any(k[0].split(" ", 1)[0] in P2P for k in calls)
-        if p2p:
+        unpaired = unpaired_peer(tree) if p2p else None
+        if unpaired is not None:
+            blamed, waiting_on, calls_of = unpaired
+            odd_procs = [p for p in tree.procs if p.rank == blamed]
+            ranks = [blamed]
+            op, peer = calls_of[blamed]
+            own = f" while rank {blamed} waits in {op}" + (
+                "" if op not in PEER_ARG else
+                f" {'to' if PEER_ARG[op] == 'dst' else 'from'} {peer if peer is not None else 'any'}")
+            summary = (f"Rank {blamed} does not answer the point-to-point calls that wait on "
+                       "it: " + "; ".join(f"rank {p.rank} waits in {op} {arrow} {peer}"
+                                          for p, op, arrow, peer in waiting_on[:6])
+                       + f"{own}. Its peer (src/dst), or its order of sends and receives, is "
+                       "not the one the others expect.")
+        elif p2p:
             summary = ("Ranks wait in different calls, point-to-point among them: "
                        + "; ".join(where(k) for k in ordered[:4]) + ". A send and a receive that "
                        "never paired (a wrong peer, or an order that differs between ranks) "
@@ -190,9 +254,10 @@ class RanksInDifferentCollectives(Rule):
             evidence.append(Evidence(path=p.source, line=None, rank=p.rank, host=p.host,
                                      text=f"{p.label} (pid {p.pid}): {c.collective}"
                                           + (f" ← {c.user_frame}" if c.user_frame else "")))
+        named = unpaired is not None or not (tie or p2p)
         yield self.finding(
-            summary, evidence=evidence, ranks=[] if tie or p2p else ranks,
-            hosts=[p.host for p in odd_procs], confidence=0.5 if tie or p2p else 0.8,
+            summary, evidence=evidence, ranks=ranks if named else [],
+            hosts=[p.host for p in odd_procs], confidence=0.8 if named else 0.5,
             details={"calls": [{"collective": k[0], "site": k[1] or None, "ranks": sorted(
                 p.rank for c in calls[k] for p in tree.members(c.members) if p.rank is not None)}
                 for k in ordered]},
