@@ -185,7 +185,45 @@ def test_a_small_file_needs_no_hyperscan(tmp_path: Path) -> None:
     log.write_text("step 1\n[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to "
                    "allocate 2.00 GiB\n" * 5)
     code = ("import sys; from ddp_autopsy.analyzer.job import load; load([sys.argv[1]]); "
-            "print(sorted({'hyperscan', 'numpy'} & set(sys.modules)))")
+            "print(sorted({'hyperscan', 'numpy', 'ddp_autopsy.analyzer.workers'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_hyperscan_databases_are_kept_between_runs(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled once (~50 ms), then read from the user's cache directory (~0.1 ms); a cache
+    file cut short or corrupt is compiled anew; the databases find the same either way."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    block = _big("torch.OutOfMemoryError: CUDA out of memory. Tried\n", tail="rank 3: bye\n")
+
+    def fresh() -> tuple[events._Sifted | None, int]:
+        compiled = 0
+        compile_ = events._compiled_databases
+
+        def counting(*args: object) -> tuple[object, object]:
+            nonlocal compiled
+            compiled += 1
+            return compile_(*args)  # type: ignore[arg-type]
+
+        with monkeypatch.context() as m:
+            for name in ("_hs", "_hs_db", "_hs_maybe"):
+                m.setattr(events, name, None)
+            m.setattr(events, "_hs_local", type(events._hs_local)())
+            m.setattr(events, "_compiled_databases", counting)
+            return events._sift_quick(block), compiled
+
+    first, compiled = fresh()
+    assert compiled == 1 and first is not None and first.rows
+    [kept] = (tmp_path / "ddp-autopsy").iterdir()
+    again, compiled = fresh()
+    assert compiled == 0 and again == first
+    for bad in (kept.read_bytes()[:1000], b"\0" * 64, b""):
+        kept.write_bytes(bad)
+        again, compiled = fresh()
+        assert compiled == 1 and again == first
+    monkeypatch.setenv("DDP_AUTOPSY_CACHE", "0")
+    kept.unlink()
+    again, compiled = fresh()
+    assert compiled == 1 and again == first and not kept.exists()

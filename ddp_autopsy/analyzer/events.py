@@ -47,12 +47,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import IO, Any
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 import polars as pl
 
 from ddp_autopsy.analyzer import patterns as P
-from ddp_autopsy.analyzer import timestamps, workers
+from ddp_autopsy.analyzer import timestamps
 from ddp_autopsy.analyzer.attribution import SELF_RANK_CUE
 from ddp_autopsy.analyzer.layout import attribution_from_path
 from ddp_autopsy.analyzer.lines import _ANY_PREFIX as ANY_PREFIX
@@ -73,6 +74,9 @@ from ddp_autopsy.analyzer.lines import (
 )
 from ddp_autopsy.analyzer.sources import READ_ERRORS, InputNote
 from ddp_autopsy.analyzer.timestamps import Reference
+
+if TYPE_CHECKING:
+    from ddp_autopsy.analyzer.workers import ForkPool
 
 BLOCK_BYTES = 4 << 20  # measured best on 2 cores: bigger blocks miss the caches
 #: A line longer than this keeps its first and last LONG_LINE_KEEP bytes (noted).
@@ -650,19 +654,72 @@ def _hyperscan() -> Any:
                 try:
                     import hyperscan
 
-                    # (as regexes: compiled faster than as literals, 28 against 40 ms)
-                    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
                     exprs = [re.escape(n).encode() for n in NEEDLES]
                     exprs += [rb"\n" + o[1:] for o in _SELF_OPENERS]
-                    db.compile(expressions=exprs, ids=list(range(len(exprs))),
-                               elements=len(exprs))
-                    maybe = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-                    maybe.compile(expressions=[MAYBE_PREFIXED], ids=[0], elements=1,
-                                  flags=hyperscan.HS_FLAG_MULTILINE)
+                    db, maybe = _cached_databases(hyperscan, exprs) or \
+                        _compiled_databases(hyperscan, exprs)
                     _hs, _hs_db, _hs_maybe = hyperscan, db, maybe
                 except Exception:  # not installed, or no wheel for this CPU: polars does it
                     _hs = False
     return _hs_db if _hs else None
+
+
+def _compiled_databases(hyperscan: Any, exprs: list[bytes]) -> tuple[Any, Any]:
+    """The needles' database (``exprs``) and MAYBE_PREFIXED's, compiled (~50 ms) and saved
+    for the next run (:func:`_cached_databases`)."""
+    # (as regexes: compiled faster than as literals, 28 against 40 ms)
+    db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs))
+    maybe = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    maybe.compile(expressions=[MAYBE_PREFIXED], ids=[0], elements=1,
+                  flags=hyperscan.HS_FLAG_MULTILINE)
+    path = _hs_cache_path(hyperscan, exprs)
+    if path is not None:
+        with suppress(OSError):
+            data = hyperscan.dumpb(db)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(len(data).to_bytes(8, "little") + data + hyperscan.dumpb(maybe))
+            os.replace(tmp, path)  # (whole or not at all, whoever writes it at once)
+    return db, maybe
+
+
+def _hs_cache_path(hyperscan: Any, exprs: list[bytes]) -> Path | None:
+    """Where the compiled databases are kept: the user's cache directory, named by what they
+    were compiled from (``DDP_AUTOPSY_CACHE=0``: not kept)."""
+    if os.environ.get("DDP_AUTOPSY_CACHE", "") == "0":
+        return None
+    import hashlib
+    import platform
+
+    key = hashlib.sha256(b"\0".join([*exprs, MAYBE_PREFIXED, getattr(
+        hyperscan, "__version__", "").encode(), platform.machine().encode()])).hexdigest()[:20]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base, "ddp-autopsy", f"hyperscan-{key}.db")
+
+
+def _cached_databases(hyperscan: Any, exprs: list[bytes]) -> tuple[Any, Any] | None:
+    """The databases a run before compiled for the same needles (read in ~0.1 ms), if a test
+    scan finds what it must (else, or unreadable: None, compiled anew): the needles on a line
+    of them all, and MAYBE_PREFIXED on a line it opens."""
+    path = _hs_cache_path(hyperscan, exprs)
+    if path is None:
+        return None
+    try:
+        data = path.read_bytes()
+        size = int.from_bytes(data[:8], "little")
+        db = hyperscan.loadb(data[8:8 + size], hyperscan.HS_MODE_BLOCK)
+        maybe = hyperscan.loadb(data[8 + size:], hyperscan.HS_MODE_BLOCK)
+        probe = b"\n".join(n.encode() for n in NEEDLES)
+        found: set[int] = set()
+        db.scan(probe, match_event_handler=lambda id_, *_: found.add(id_) if id_ < len(exprs)
+                else None, scratch=hyperscan.Scratch(db))
+        hit: list[int] = []
+        maybe.scan(b"x\n[rank0]: y\n", match_event_handler=lambda *_: hit.append(1),
+                   scratch=hyperscan.Scratch(maybe))
+    except Exception:  # absent, cut short, corrupt, or made for another CPU
+        return None
+    return (db, maybe) if found >= set(range(len(NEEDLES))) and hit else None
 
 
 #: The catalog's needle (in ``_BY_NEEDLE``) of each Hyperscan id, else None.
@@ -1178,8 +1235,10 @@ class Presifter:
         self.notes: list[InputNote] = []
         self._forked: dict[int, int] = {}  # id(key) -> index in self._large
         self._large = large
-        self._procs: workers.ForkPool | None = None
+        self._procs: ForkPool | None = None
         if context is not None and len(large) >= PROCESS_FILES and _processes():
+            from ddp_autopsy.analyzer import workers  # (not for a 10-line log: ~3 ms)
+
             self._forked = {id(f[0]): i for i, f in enumerate(large)}
             small = [f for f in small if id(f[0]) not in self._forked]
             if _counted >= NUMPY_AFTER:
@@ -1267,6 +1326,8 @@ _child_hook: Callable[[int], None] | None = None
 def _processes() -> bool:
     """Whether worker processes may be used: Linux, more than one core, Hyperscan (without it
     every file needs polars, which a worker cannot use)."""
+    from ddp_autopsy.analyzer import workers
+
     return workers.available() and workers.cores() > 1 and _hyperscan() is not None
 
 
