@@ -81,6 +81,10 @@ def test_a_clean_restart_supersedes_earlier_failures(tmp_path: Path) -> None:
     (tmp_path / "rerun_ok.log").write_text(f"{FAILURE}\n{RESTART}\nstep 1\n")
     (tmp_path / "rerun_failed.log").write_text(f"{FAILURE}\n{RESTART}\n{FAILURE}\n")
     (tmp_path / "once.log").write_text(f"{RESTART}\n{FAILURE}\n")
+    # a worker's error pasted above the launcher's only banner, nothing after it: that run's
+    (tmp_path / "banner_after.log").write_text(f"{FAILURE}\n{'*' * 41}\n{RESTART}\n{'*' * 41}\n")
+    # two banners and nothing after the last: only what came between them is history
+    (tmp_path / "twice.log").write_text(f"{FAILURE}\n{RESTART}\n{FAILURE}\n{RESTART}\n")
     job = load([tmp_path])
     src = {Path(s).name: s for s in job.events["source"].unique()}
     assert job.superseded(src["rerun_ok.log"], 1)
@@ -88,6 +92,8 @@ def test_a_clean_restart_supersedes_earlier_failures(tmp_path: Path) -> None:
     assert not job.superseded(src["rerun_failed.log"], 1)
     assert not job.superseded(src["once.log"], 2)
     assert not job.superseded("elsewhere.log", 1)
+    assert not job.superseded(src["banner_after.log"], 1)
+    assert not job.superseded(src["twice.log"], 1) and job.superseded(src["twice.log"], 3)
 
 
 def test_a_log_of_nothing_but_exceptions(tmp_path: Path) -> None:

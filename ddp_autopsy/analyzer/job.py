@@ -229,10 +229,12 @@ class Job:
             if not starts:
                 active, old = self.events, self.events.clear()
             else:
-                start = pl.col("source").replace_strict(starts, default=None,
-                                                        return_dtype=pl.Int64)
+                first, start = (pl.col("source").replace_strict(
+                    {src: pair[i] for src, pair in starts.items()}, default=None,
+                    return_dtype=pl.Int64) for i in (0, 1))
                 old_rows = start.is_not_null() & pl.col("line").is_not_null() \
-                    & (pl.col("line") < start) & pl.col("kind").is_in(list(FAILURE_KINDS))
+                    & (pl.col("line") > first) & (pl.col("line") < start) \
+                    & pl.col("kind").is_in(list(FAILURE_KINDS))
                 active = self.events.filter(~old_rows)
                 old = self.events.filter(old_rows)
             self._history = (self.events, active, old)
@@ -259,23 +261,37 @@ class Job:
         A later run start (torchrun's banner, Lightning's rank init, ...) in the same source with
         no failure after it means the user re-ran the job and the earlier failure is history.
         """
-        last_start = self._clean_restarts().get(source)
-        return last_start is not None and last_start > line
+        starts = self._clean_restarts().get(source)
+        return starts is not None and starts[0] < line < starts[1]
 
-    def _clean_restarts(self) -> dict[str, int]:
-        """Per source, the line of its last run start when no failure follows it (computed once
-        per events frame: rules ask for every failure line)."""
+    def _clean_restarts(self) -> dict[str, tuple[int, int]]:
+        """Per source, ``(after, start)``: failures between those lines are history, ``start``
+        being its last run start when no failure follows it (computed once per events frame:
+        rules ask for every failure line). The rerun must have printed more than its
+        launcher's banner for what came before to be an earlier run's (``after`` 0); else only
+        a failure between two run starts is (``after`` the first start): a worker's error
+        pasted above the only banner belongs to the run the banner opened."""
         if self._restarts is None or self._restarts[0] is not self.events:
-            last = (self.events.lazy().filter(pl.col("kind") == "run_start")
-                    .group_by("source").agg(pl.col("line").max().alias("start")))
+            starts = (self.events.lazy().filter(pl.col("kind") == "run_start")
+                      .group_by("source").agg(pl.col("line").min().alias("first"),
+                                              pl.col("line").max().alias("start")))
+            ran = (self.events.lazy().join(starts, on="source")
+                   .filter((pl.col("line") > pl.col("start")) & (pl.col("kind") != "run_start")
+                           & pl.col("text").str.contains(r"[A-Za-z0-9]"))
+                   .select("source").unique().with_columns(pl.lit(True).alias("ran")))
+            last = (starts.join(ran, on="source", how="left")
+                    .with_columns(pl.when(pl.col("ran")).then(0).otherwise(pl.col("first"))
+                                  .alias("first"))
+                    .filter(pl.col("first") < pl.col("start")))
             failed = (self.events.lazy()
                       .filter(pl.col("kind").is_in(list(FAILURE_KINDS)))
                       .join(last, on="source")
                       .filter(pl.col("line") > pl.col("start"))
                       .select("source").unique())
             clean = last.join(failed, on="source", how="anti").collect()
-            self._restarts = (self.events,
-                              dict(zip(clean["source"], clean["start"], strict=True)))
+            self._restarts = (self.events, {
+                src: (first, start) for src, first, start in
+                clean.select("source", "first", "start").iter_rows()})
         return self._restarts[1]
 
     @property
