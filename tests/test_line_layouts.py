@@ -417,6 +417,22 @@ def test_a_rich_box_cut_before_its_exception_is_still_a_failure(tmp_path: Path) 
     assert verdict is not None and verdict.rule == "CRASH004"
 
 
+def test_frames_through_torch_distributed_without_header_or_exception() -> None:
+    """s25-014: the paste keeps only a launcher traceback's frames (Windows paths): torch's
+    launcher prints frames only when it fails. A user's printed stack stays no failure."""
+    frames = ('  File "D:\\py\\Lib\\site-packages\\torch\\distributed\\run.py", line 927, in run\n'
+              "    elastic_launch(\n"
+              '  File "D:\\py\\Lib\\site-packages\\torch\\distributed\\elastic\\agent\\'
+              'server\\api.py", line 875, in _invoke_run\n'
+              "    self._initialize_workers(self._worker_group)\n"
+              "             ^^^^^^^^^^^^^^^^^^\n")
+    (frag,) = kinds(scan(frames), "traceback_fragment")
+    assert data(frag)["frame"]["func"] == "_invoke_run" and frag["line"] == 3
+    printed = '  File "/home/me/train.py", line 12, in main\n    step()\n' \
+              '  File "/home/me/train.py", line 30, in step\n    log_stack()\n'
+    assert not kinds(scan(printed), "traceback_fragment")
+
+
 def test_a_traceback_cut_right_after_its_header_glued_to_a_bar() -> None:
     """s14-027: the paste stops at the header, glued to the tokenizer's bar."""
     bar = "Running tokenizer on dataset:  38%|███▊      | 32068/85249 [32:13<53:59, 16.42ba/s]"

@@ -1225,8 +1225,8 @@ class Presifter:
                  context: Callable[[Any], FileContext] | None = None) -> None:
         small = [(k, o, n) for k, o, n in files if n is not None and 0 < n <= SMALL_FILE]
         large = [f for f in small if f[2] >= QUICK_MIN]
+        global _counted
         if len(large) >= NUMPY_AFTER:  # numpy from the first
-            global _counted
             _counted = max(_counted, NUMPY_AFTER)
         self._wanted = {id(f[0]) for f in small}
         self._accept = accept
@@ -1241,11 +1241,17 @@ class Presifter:
 
             self._forked = {id(f[0]): i for i, f in enumerate(large)}
             small = [f for f in small if id(f[0]) not in self._forked]
-            if _counted >= NUMPY_AFTER:
-                _newlines_before(b"", [])  # numpy imported once, not in every child
+            cores = workers.cores()
+            # numpy (imported here, once for every child: ~60 ms before they start) saves a
+            # child ~0.2 ms a file: worth it from ~300 files a child.
+            numpy = len(large) >= NUMPY_AFTER * cores
+            if numpy:
+                _counted = max(_counted, NUMPY_AFTER)
+                _newlines_before(b"", [])
             self._procs = workers.ForkPool(
                 large, functools.partial(_scan_alone, accept=accept, context=context),
-                workers.cores(), PROCESS_CHUNK, setup=_in_worker, child_hook=_child_hook)
+                cores, PROCESS_CHUNK, setup=functools.partial(_in_worker, numpy),
+                child_hook=_child_hook)
         self._batches: deque[list[tuple[Any, Callable[[], IO[bytes]], int]]] = deque()
         size = BATCH_BYTES
         for f in small:  # batches by listed size: nothing is read here
@@ -1315,7 +1321,7 @@ class Presifter:
 #: A Presifter given this many plain files of QUICK_MIN bytes or more (up to SMALL_FILE) has
 #: them read, sifted and classified in forked worker processes, one a core (Linux; not with
 #: one core): most of their CPU time is Python holding the GIL, which threads cannot spread.
-PROCESS_FILES = 64
+PROCESS_FILES = 128
 #: Files a worker takes at a time (each chunk's events are sent back pickled, ~9 a file).
 PROCESS_CHUNK = 8
 #: Called in a worker before each file with the number it did so far (tests: a worker killed
@@ -1331,9 +1337,12 @@ def _processes() -> bool:
     return workers.available() and workers.cores() > 1 and _hyperscan() is not None
 
 
-def _in_worker() -> None:
-    global _no_polars
+def _in_worker(numpy: bool) -> None:
+    """A worker process's set-up: no polars; numpy only if the parent imported it."""
+    global _no_polars, _np
     _no_polars = True
+    if not numpy and _np is None:
+        _np = False
 
 
 def _scan_alone(file: tuple[Any, Callable[[], IO[bytes]], int],
@@ -1679,10 +1688,12 @@ def _elastic(line: int, raw: str, body: str, ctx: FileContext, state: _State,
 def _flush_tracebacks(state: _State, ctx: FileContext, events: list[dict[str, Any]]) -> None:
     """A traceback no exception line closed (a fragment: a paste that stops inside it) is a
     failure of its own (``traceback_fragment``), quoted at its innermost frame; not frames without
-    a "Traceback" line (a printed stack), nor one an exception line follows under other prefixes."""
+    a "Traceback" line (a printed stack: unless its frames run through torch.distributed, which
+    prints none but a failure's), nor one an exception line follows under other prefixes."""
     after = max((e["line"] for e in events if e["kind"] == "exception"), default=0)
     for tb in state.tracebacks.values():
-        if tb.get("headless") or tb["line"] <= after:
+        if tb["line"] <= after or (tb.get("headless") and not any(
+                "torch/distributed/" in f["file"].replace("\\", "/") for f in tb["frames"])):
             continue
         if "at" in tb:
             line, raw, info = tb["at"]
