@@ -1343,6 +1343,15 @@ def _in_worker(numpy: bool) -> None:
     _no_polars = True
     if not numpy and _np is None:
         _np = False
+    # Each file's bytes (and numpy's array of them) from the heap, kept for the next file: a
+    # child's malloc gave them back and faulted them in anew every time (361,000 page faults
+    # and 0.8 system CPU-s in two children for 1024 files of 0.8 MB; 4,000 and 0.08 s so).
+    with suppress(OSError, AttributeError):
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt  # glibc
+        mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: above a file's SMALL_FILE bytes
+        mallopt(-1, 64 << 20)  # M_TRIM_THRESHOLD
 
 
 def _scan_alone(file: tuple[Any, Callable[[], IO[bytes]], int],
