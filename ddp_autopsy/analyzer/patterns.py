@@ -708,7 +708,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "srun: error:",
         r"srun: error: (?:(?P<node>[^:\s]+): tasks? (?P<tasks>[\d,\-\[\]]+): |\.\.\. ?)"
         r"(?P<what>Exited with exit code (?P<exitcode>\d+)|(?!Out Of Memory)[A-Z][a-z]+(?: [a-z]+)*"
-        r"(?: \(core dumped\))?)\s*$",
+        r"(?: \(core dumped\))?)(?:\s*$|\s{2,})",
         exitcode=int,
     ),
     # DeepSpeed's launcher (deepspeed/launcher/launch.py sigkill_handler): "[launch.py:320:
@@ -975,15 +975,31 @@ PATTERNS: tuple[Pattern, ...] = (
     # alike; pid and node may be anonymised in a paste), and its first-failure block, "The first
     # process to do so was:" / "  Process name: [[50371,1],0]" / "  Exit code: 1" (the rank is
     # the process name's last number). The rank is mpirun's, which is the job's global rank.
+    # HPE Cray PALS (the mpiexec of Aurora, Polaris, Frontier's PBS systems) for each rank that
+    # ended badly: "x1921c7s1b0n0: rank 12 died from signal 9", "nid0042: rank  3 exited with
+    # code 1" (two spaces before a one-digit rank).
     _p(
         "mpi_process_exit",
-        ("noticed that process rank", "Process name: [["),
+        ("noticed that process rank", "Process name: [[", "died from signal",
+         "exited with code"),
         r"(?:(?:mpirun|mpiexec|orterun|prterun|prte) noticed that process rank (?P<rank>\d+) with "
         r"PID (?P<pid>\S+) on node (?P<node>\S+) exited on signal (?P<signum>\d+)"
         r"(?: \((?P<signame>[^)]+)\))?"
-        r"|^\s*Process name: \[\[\d+,\d+\],(?P<rank2>\d+)\]\s*$)",
+        r"|^\s*Process name: \[\[\d+,\d+\],(?P<rank2>\d+)\]\s*$"
+        # (the host part is often read as a pdsh-style "host: " prefix)
+        r"|^(?:(?P<node2>[\w.-]+?)(?:\.\.\.)?: )?rank +(?P<rank3>\d+) (?:died from signal "
+        r"(?P<signum2>\d+)|exited with code (?P<exitcode>\d+))\b)",
         rank=int,
         signum=int,
+        exitcode=int,
+    ),
+    # pdsh (DeepSpeed's default multi-node launcher, its ssh rcmd module) when the command it
+    # ran on a host failed there: "pdsh@node0: node1: ssh exited with exit code 1".
+    _p(
+        "remote_command_failed",
+        "ssh exited with exit code",
+        r"(?:pdsh@[^:\s]+: )?(?P<node>[^:\s]+): ssh exited with exit code (?P<exitcode>\d+)",
+        exitcode=int,
     ),
     # CPython failing to start the script it was given, before any traceback (runpy's
     # _run_module_as_main, Modules/main.c): "/usr/bin/python: Error while finding module
@@ -1479,6 +1495,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "gpu_xid": {"failure"},
     "python_start_failed": {"failure", "crash"},
     "mpi_process_exit": {"failure", "crash"},
+    "remote_command_failed": {"failure"},
     "network_error": {"failure"},
     "nccl_proxy_peer_closed": {"info"},
     "ray_worker_died": {"failure", "crash"},

@@ -374,7 +374,7 @@ class RankCrashed(Rule):
                    if d.get("pid") else "")
             sig = signal_name(d["exitcode"]) if isinstance(d["exitcode"], int) \
                 and d["exitcode"] < 0 else None
-            how = ("was the first process to exit with a non-zero status, by mpirun's report "
+            how = ("was the first process to exit with a non-zero status, by the MPI launcher's report "
                    "(its own error is not in the inputs: look at its output above the report)"
                    if exits[0] in first_out else
                    "received a fatal signal (its handler's report is cut before the signal's "

@@ -105,9 +105,10 @@ class OutOfMemory(Rule):
 
     @staticmethod
     def _srun_tasks(job: Job, rows: list[dict[str, Any]]) -> set[int]:
-        """srun's "srun: error: gpu20-15: task 0: Out Of Memory" names a task: the rank
-        (SLURM_PROCID) when srun started the ranks itself, a node's launcher when it started
-        torchrun or another agent (whose lines then are in the inputs, and say nothing here)."""
+        """srun's "srun: error: gpu20-15: task 0: Out Of Memory" (or "tasks 4-7: Killed")
+        names tasks: the ranks (SLURM_PROCID) when srun started the ranks itself, a node's
+        launcher when it started torchrun or another agent (whose lines then are in the inputs,
+        and say nothing here)."""
         if job.rows("worker_failed", "elastic_failure", "closing_signal", "agent_signal",
                     "launch_nodes", "spawn_failed"):
             return set()
@@ -147,10 +148,13 @@ class OutOfMemory(Rule):
         # A worker its launcher sent SIGTERM first, then SIGKILL: the teardown (a frozen rank),
         # not the kernel (``Unable to shutdown process N via 15, forcefully exiting via 9``).
         killed = [r for r in killed if r["data"].get("pid") not in job.crashes.stopped_pids]
-        if not killed:
+        # srun's "srun: error: nid001321: tasks 4-7: Killed" (its tasks died of SIGKILL)
+        tasks = [r for r in job.rows("srun_task_failed") if r["data"].get("what") == "Killed"]
+        if not killed and not tasks:
             return
-        killed = [_unwrapped(r, job) for r in killed]
+        killed = [_unwrapped(r, job) for r in killed] + tasks
         ranks = {r["data"]["rank"] for r in killed if isinstance(r["data"].get("rank"), int)}
+        ranks |= self._srun_tasks(job, tasks)
         ranks |= {r["rank"] for r in killed if r["cue"] == ONE_NODE_CUE}
         ranks |= {int(r["data"]["index"]) for r in killed  # mp.spawn's index is the rank
                   if r["kind"] == "spawn_failed" and str(r["data"].get("index", "")).isdigit()}
@@ -162,7 +166,8 @@ class OutOfMemory(Rule):
                         if isinstance(r["data"].get("local_rank"), int)})
         who = subject(ranks, f"Local rank {local[0]}" if len(local) == 1 else "A worker")
         yield self.from_rows(
-            killed, f"{who} was killed with SIGKILL and left no traceback: most likely the host's "
+            killed, f"{who} {'were' if len(ranks) > 1 else 'was'} killed with SIGKILL and left no "
+            "traceback: most likely the host's "
             "OOM killer (host memory exhausted; `dmesg` on that host confirms it).", shown=2,
             ranks=ranks, confidence=0.55,
             details={"kind": "host memory (SIGKILL, no traceback)", "local_ranks": local})
