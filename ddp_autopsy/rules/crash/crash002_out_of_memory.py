@@ -4,7 +4,9 @@
 `torch.OutOfMemoryError: CUDA out of memory`, NCCL's "Cuda failure 'out of memory'", or the
 kernel's OOM killer ("Out of memory: Killed process PID") for a training process. Without such a
 line, a worker killed by SIGKILL (exit code -9, torchelastic's "Signal 9 (SIGKILL) received",
-mp.spawn's "terminated with signal SIGKILL") that left no traceback and was not stopped by its
+mp.spawn's "terminated with signal SIGKILL", mpirun's or PALS's "rank 12 died from signal 9", srun's
+"tasks 4-7: Killed", which names ranks when srun started them) that left no traceback and was not
+stopped by its
 launcher or scheduler first is reported as the likely work of the host's OOM killer, with a lower
 confidence; so, lower still, is a Ray actor whose process died with no error of its own ("Worker
 exit type: SYSTEM_ERROR"), which Ray itself puts down to the OOM killer first.
