@@ -327,6 +327,11 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("remote_command_failed", "pdsh@worker-0: worker-1: ssh exited with exit code 1",
      {"node": "worker-1", "exitcode": 1}),
     ("port_in_use", "RuntimeError: Address already in us", {}),
+    ("port_in_use", "[W socket.cpp:436] [c10d] The server socket has failed to bind to "
+     "[DESKTOP-L9L2GVM]:10086 (system error: 10048 - 通常每个套接字地址只允许使用一次。).",
+     {"port": 10086}),
+    ("unresolved_host", "ssh: Could not resolve hostname localhost:4: Temporary failure in name "
+     "resolution", {"host": "localhost:4"}),
     ("gloo_timeout", "RuntimeError: Resource temporarily unavailable", {}),
     ("nccl_error", "cupy_backends.cuda.libs.nccl.NcclError: NCCL_ERROR_SYSTEM_ERROR: unhandled "
      "system error (run with NCCL_DEBUG=INFO for details)", {"estr": "unhandled system error"}),

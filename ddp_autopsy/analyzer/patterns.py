@@ -95,8 +95,10 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "port_in_use",
         ("Address already in u", "EADDRINUSE", "address already in u",
-         "another process is utilizing it"),
-        r"(?:bind to (?P<addr>\S+?):(?P<port>\d+) \(errno: 98"
+         "another process is utilizing it", "system error: 10048"),
+        # (on Windows the code is Winsock's, its text in the system's language: "(system error:
+        # 10048 - 通常每个套接字地址...只允许使用一次。)", WSAEADDRINUSE)
+        r"(?:bind to (?P<addr>\S+?):(?P<port>\d+) \((?:errno: 98|system error: 10048)"
         r"|port: (?P<port2>\d+),[^\n]*?EADDRINUSE"
         # (strerror's words; a paste may cut them at the line's end: "Address already in us")
         r"|EADDRINUSE|[Aa]ddress already in use|[Aa]ddress already in us?\s*$(?P<cut>)"
@@ -119,7 +121,7 @@ PATTERNS: tuple[Pattern, ...] = (
         # as "Failed to bind to ipv6 address, trying ipv4. Error: ...")
         r"^(?!.*trying ipv4)(?:.*?(?:failed to listen on any local network address"
         r"|The server socket has failed to bind\. )"
-        r"(?!.*(?:errno: 98|EADDRINUSE|[Aa]ddress already in use))"
+        r"(?!.*(?:errno: 98|system error: 10048|EADDRINUSE|[Aa]ddress already in use))"
         # the store's server socket broke later: "... has failed to accept a connection (errno:
         # 24 - Too many open files)", libuv: "Failed to accept socket. code: -24, name: EMFILE"
         r"|.*?(?:has failed to accept a connection|Failed to accept socket\. ))"
@@ -145,7 +147,8 @@ PATTERNS: tuple[Pattern, ...] = (
         # torch <= 1.8 (c10d Utils): "ValueError: host not found: Name or service not known"
         r"|\bhost not found: (?P<msg3>.+)"
         # ssh from DeepSpeed's / pdsh's launcher: "ssh: Could not resolve hostname node-0: ..."
-        r"|ssh: Could not resolve hostname (?P<host>[^:\s]+): (?P<msg4>.+)"
+        # (an Open MPI too old for "-H host:slots" hands "localhost:4" to ssh as the name)
+        r"|ssh: Could not resolve hostname (?P<host>[^:\s]+(?::\d+)?): (?P<msg4>.+)"
         # entrypoint scripts probing the master (busybox): "nslookup: can't resolve
         # 'job-master-0': Name does not resolve" ('(null)': the variable was empty)
         r"|nslookup: can't resolve '(?P<host2>[^']+)'(?:: (?P<msg5>.+))?)",

@@ -2,7 +2,8 @@
 
 ## What it detects
 The process that hosts the TCPStore (torchrun's agent, or rank 0) could not bind MASTER_PORT:
-PyTorch's "failed to bind to ...:PORT (errno: 98 - Address already in use)", the libuv store's
+PyTorch's "failed to bind to ...:PORT (errno: 98 - Address already in use)" (on Windows "(system
+error: 10048 - ...)", Winsock's code with its text in the system's language), the libuv store's
 EADDRINUSE, a plain `RuntimeError: Address already in use`, or NCCL's "Call to bind failed".
 
 ## Why it hangs or kills the job

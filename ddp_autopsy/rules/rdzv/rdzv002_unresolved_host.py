@@ -29,11 +29,13 @@ torch.distributed.DistNetworkError: The client socket has timed out after 10s wh
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts
 
+SLOTS = re.compile(r":\d+$")
 TERMINAL = ("connect_timeout", "connect_failed", "rdzv_connection_error", "store_clients_timeout")
 
 
@@ -49,6 +51,10 @@ class UnresolvedHost(Rule):
             return
         hosts = sorted({r["data"]["host"] for r in rows if r["data"].get("host")})
         named = ", ".join(hosts) if hosts else "A rendezvous host"
+        if any(SLOTS.search(h) for h in hosts):
+            # ssh was handed Open MPI's "-H host:slots" whole (an Open MPI older than that form)
+            named += " (a host:slots pair used as a host name: this Open MPI is too old for "
+            named += "`-H host:slots`; use a hostfile with `slots=N`, or upgrade it)"
         terminal = job.rows(*TERMINAL) + [
             r for r in job.rows("exception") if any(h in r["text"] for h in hosts)
         ]
