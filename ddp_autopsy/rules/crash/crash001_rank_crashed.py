@@ -308,6 +308,9 @@ class RankCrashed(Rule):
         if any(r["rank"] is not None and r["kind"] != "traceback_fragment"
                for r in job.rows(*kinds_tagged("failure"))):
             return  # its traceback may be the report of a failure a rank saw (a timeout, a peer)
+        if job.rows("nccl_warn") or any(r["data"].get("code")
+                                        for r in job.rows("nccl_error_trace")):
+            return  # NCCL said what failed (a WARN, its return chain): the cut traceback is that
         frame = first["data"].get("frame") or {}
         where = f"{frame.get('func')} ({frame.get('file')}:{frame.get('line')})" if frame \
             else "an unknown frame"

@@ -13,7 +13,9 @@ none of these, and NCCL's WARN lines not in the inputs, a bare
 "NCCL error ...: unhandled system error" (a system call failed), or only its return chain
 through NCCL's socket or bootstrap code ("NCCL INFO bootstrap.cc:270 -> 2"), is reported as the likely
 connection failure at a low confidence: sockets are where it fails most often, and the /dev/shm
-and InfiniBand failures that also raise it print lines of their own (NCCL003, NCCL004).
+and InfiniBand failures that also raise it print lines of their own (NCCL003, NCCL004); not when
+the return chain starts in NCCL's topology detection (graph/xml.cc, graph/topo.cc,
+misc/nvmlwrap.cc: a VM, WSL or container hiding the PCI tree or a GPU), which is no connection.
 
 ## Why it hangs or kills the job
 Communicator setup (or a later connection) cannot reach the peer: refused means nothing listens
@@ -106,6 +108,9 @@ class NcclConnectionFailure(Rule):
             and any(k in str(r["data"].get("file", "")) for k in ("socket", "bootstrap"))]
         if not rows or job.rows("shm_error", "network_error", "nccl_warn", "cuda_failure"):
             return
+        if any(str(r["data"].get("file", "")).startswith(NOT_SOCKETS)
+               for r in job.rows("nccl_error_trace") if r["data"].get("code") == 2):
+            return  # NCCL's return chain says where: its topology detection, not a socket
         yield self.from_rows(
             rows, "NCCL failed a system call (unhandled system error) and printed nothing else "
             "the inputs show: most often a connection between ranks that cannot be made (the "
@@ -114,6 +119,8 @@ class NcclConnectionFailure(Rule):
             shown=2, confidence=0.35, details={"estr": rows[0]["data"].get("estr")})
 
 
+#: NCCL's sources whose system calls are no connection: the topology detection (sysfs, NVML).
+NOT_SOCKETS = ("graph/", "misc/nvmlwrap")
 #: NCCL's sources of communicator set-up, as its return-code chain names them.
 SETUP_FILES = ("bootstrap.cc", "init.cc")
 #: The first collectives of a job, where NCCL creates its communicators lazily: DDP's
