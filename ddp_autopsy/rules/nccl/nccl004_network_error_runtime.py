@@ -20,7 +20,8 @@ collective (watchdog or Gloo timeouts from all of them, at one sequence number o
 `torch.distributed` call) and none failed by itself. All reached it and no data moved, so the
 link between them (or the transport) is reported, at a low confidence; a rank that did not time
 out is COLL012's silent rank instead. A rank that lost its peers in that same call after the
-others timed out (Gloo closes its pairs on a timeout) counts as having reached it. Not when the
+others timed out (Gloo closes its pairs on a timeout) counts as having reached it, and so does a
+rank the desync report lists as "joined but didn't finish collective #N". Not when the
 inputs name one machine only: no network links those ranks (COLL001's suspicion instead).
 The node is named when the launchers tell it, one log per node: a launcher whose own read of the
 rendezvous store timed out (`waitForInput: socket ... timed out`) lost the master; before that
@@ -266,8 +267,9 @@ class NetworkErrorRuntime(Rule):
         hang, ranks, what = stall
         hosts = sorted({r["host"] for r in hang if r.get("host")})
         yield self.from_rows(
-            hang, f"Every rank ({rank_phrase(sorted(ranks))}) timed out in {what}: all of them "
-            "reached it and none could complete it, so no data moved between them. With no "
+            hang, f"Every rank ({rank_phrase(sorted(ranks))}) reached {what} and none could "
+            "complete it before the timeout (their timeouts, or the desync report's \"joined but "
+            "didn't finish\"), so no data moved between them. With no "
             "rank failing or missing, the likely cause is the network between them (a link or "
             "switch port down, a firewall rule) or the transport stalling.", shown=3, ranks=(),
             hosts=hosts, confidence=0.4, details={"ranks": sorted(ranks), "collective": what})
@@ -291,6 +293,14 @@ def same_call_stall(job: Job) -> tuple[list[dict[str, Any]], set[int], str] | No
         return None
     frames = collective_frames(job)
     ranks = {r["rank"] for r in hang if r["rank"] is not None} | set(frames)
+    # the desync report's "[0, 1, ..., 15] joined but didn't finish collective #730": those
+    # ranks reached the collective that timed out, whether or not their own lines are here
+    seqs = {r["data"].get("seq") for r in hang if r["kind"] == "watchdog_timeout"}
+    for r in job.rows("desync_not_finished"):
+        if r["data"].get("seq") in seqs:
+            ranks |= {int(x) for x in str(r["data"].get("ranks", "")).split(",") if x.strip()}
+    if job.rows("desync_not_joined"):
+        return None  # the report names ranks that never joined: no stall of them all
     seen = job.events["rank"].drop_nulls() if job.events.height else []
     world = job.world_size or (max([*ranks, *seen]) + 1 if ranks else 0)
     if world < 2 or ranks != set(range(world)) or job.rows("oom"):
