@@ -103,3 +103,49 @@ def test_a_hung_worker_is_stopped(inputs: Path, tmp_path: Path,
     assert len(hung) == 1
     there.notes.remove(hung[0])
     _same(here, there)
+
+
+CHILD = """
+import os, sys, time
+from ddp_autopsy.analyzer import events, job
+events.HYPERSCAN_MIN = events.QUICK_MIN = 0
+events.PROCESS_FILES, job.PRESIFT_FILES = 1, 2
+def hook(n):
+    open(os.path.join(sys.argv[2], str(os.getpid())), "w").close()
+    time.sleep(120)
+events._child_hook = hook
+job.load([sys.argv[1]])
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_workers_end_with_their_parent(tmp_path: Path) -> None:
+    """A parent killed (SIGKILL: no clean-up of its own) takes its workers with it."""
+    import subprocess
+    import sys
+
+    logs, pids = tmp_path / "logs", tmp_path / "pids"
+    logs.mkdir()
+    pids.mkdir()
+    for i in range(24):  # three chunks: two workers
+        (logs / f"rank{i}.log").write_text(f"NCCL INFO rank {i} line\n" * 50)
+    parent = subprocess.Popen([sys.executable, "-c", CHILD, str(logs), str(pids)])
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        children = [int(p.name) for p in pids.iterdir()]
+        assert len(children) == 2
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while not all(map(_gone, children)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(map(_gone, children))

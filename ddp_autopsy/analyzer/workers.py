@@ -80,6 +80,7 @@ class ForkPool:
             os.write(task_w, b"".join(c.to_bytes(4, "little") for c in range(self._chunks)))
         finally:
             os.close(task_w)
+        parent = os.getpid()
         try:
             for _ in range(max(1, min(workers, self._chunks))):
                 result_r, result_w = os.pipe()
@@ -90,7 +91,7 @@ class ForkPool:
                     os.close(result_r)
                     for fd in self._pids:
                         os.close(fd)
-                    self._child(task_r, result_w, work, setup, child_hook)
+                    self._child(parent, task_r, result_w, work, setup, child_hook)
                 os.close(result_w)
                 self._pids[result_r] = pid
                 self._buffers[result_r] = bytearray()
@@ -98,11 +99,12 @@ class ForkPool:
         finally:
             os.close(task_r)
 
-    def _child(self, task_r: int, result_w: int, work: Callable[[Any], Any],
+    def _child(self, parent: int, task_r: int, result_w: int, work: Callable[[Any], Any],
                setup: Callable[[], None] | None, hook: Callable[[int], None] | None) -> None:
         code = 0
         try:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the parent ends us
+            _end_with_parent(parent)
             gc.disable()  # short-lived; and no collection may free the parent's objects here
             if setup is not None:
                 setup()
@@ -207,6 +209,16 @@ class ForkPool:
         self._pids.clear()
         self._lost.update(set(range(self._chunks)) - set(self._done))
         self._selector.close()
+
+
+def _end_with_parent(parent: int) -> None:
+    """This child is killed when its parent ends (Linux's PR_SET_PDEATHSIG), whatever way."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it ended before that was set
+        os._exit(1)
 
 
 def _write(fd: int, data: bytes) -> None:
