@@ -367,6 +367,11 @@ class RankCrashed(Rule):
             # (an abort no rank is named on, beside a watchdog's abort, is taken for it)
             and not (_exit_code(r["data"]) == -6 and aborted
                      and (r["rank"] in aborted or None in aborted or r["rank"] is None)))])
+        if exits and exits[0] not in first_out and _exit_code(exits[0]["data"]) is not None \
+                and _exit_code(exits[0]["data"]) > 0 and any(
+                    r["rank"] is None and r["source"] == exits[0]["source"]
+                    and r["line"] < exits[0]["line"] for r in job.rows("nccl_error")):
+            return  # its NCCL error, printed unranked just above: no crash of its own code
         if exits:
             d, rank = exits[0]["data"], exits[0]["rank"]
             d = {**d, "exitcode": _exit_code(d)}
@@ -377,8 +382,9 @@ class RankCrashed(Rule):
                    if d.get("pid") else "")
             sig = signal_name(d["exitcode"]) if isinstance(d["exitcode"], int) \
                 and d["exitcode"] < 0 else None
-            how = ("was the first process to exit with a non-zero status, by the MPI launcher's report "
-                   "(its own error is not in the inputs: look at its output above the report)"
+            how = ("was the first process to exit with a non-zero status, by the MPI launcher's "
+                   "report (its own error is not in the inputs: look at its output above the "
+                   "report)"
                    if exits[0] in first_out else
                    "received a fatal signal (its handler's report is cut before the signal's "
                    "name): a crash in native code (a CUDA or NCCL call, an extension), with no "

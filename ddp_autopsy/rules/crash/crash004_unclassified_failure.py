@@ -72,10 +72,21 @@ class UnclassifiedFailure(Rule):
                                                 orient="row"), on=["source", "line"], how="anti")
             if failing.height == 0:
                 return
+        # (an NCCL error is the rank's own: CRASH001 calls it a consequence, not a crash of the
+        # rank's code; here it is the failure to name, unless it reports a peer's)
         own = failing.filter(
             ~pl.col("kind").is_in(WAITING)
-            & ~pl.col("text").str.contains(f"(?i){CONSEQUENCE.pattern}"))
+            & (~pl.col("text").str.contains(f"(?i){CONSEQUENCE.pattern}")
+               | ((pl.col("kind") == "nccl_error")
+                  & ~pl.col("text").str.contains(r"(?i)ncclRemoteError|remote process exited"))))
         rows = earliest_first(job.decoded_rows(own if own.height else failing))
+        # within one file, its lines' order is time's, stamped or not: an unstamped line above
+        # the earliest stamped one came first
+        above = [r for r in rows if r["source"] == rows[0]["source"]
+                 and r["line"] < rows[0]["line"]]
+        if above:
+            first = min(above, key=lambda r: r["line"])
+            rows = [first, *(r for r in rows if r is not first)]
         first = rows[0]
         if own.height:
             who = f"rank {first['rank']}" if first["rank"] is not None else "a process"
