@@ -324,6 +324,8 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("mpi_process_exit", "  Process name: [[50371,1],3]", {"rank": 3}),
     ("mpi_process_exit", "x1921c7s1b0n0: rank 12 died from signal 9", {"rank": 12, "signum": 9}),
     ("mpi_process_exit", "nid0042: rank  3 exited with code 1", {"rank": 3, "exitcode": 1}),
+    ("dataloader_worker_signal", "ERROR: Unexpected segmentation fault encountered in worker.",
+     {"what": "segmentation fault"}),
     ("remote_command_failed", "pdsh@worker-0: worker-1: ssh exited with exit code 1",
      {"node": "worker-1", "exitcode": 1}),
     ("port_in_use", "RuntimeError: Address already in us", {}),

@@ -996,6 +996,15 @@ PATTERNS: tuple[Pattern, ...] = (
         signum=int,
         exitcode=int,
     ),
+    # A DataLoader worker's own fatal-signal handler (torch/csrc/DataLoader.cpp SIGNAL_HANDLER):
+    # "ERROR: Unexpected segmentation fault encountered in worker.", "... floating-point
+    # exception ..." (its bus-error twin names shared memory: shm_error's).
+    _p(
+        "dataloader_worker_signal",
+        "encountered in worker",
+        r"ERROR: Unexpected (?P<what>segmentation fault|floating-point exception) encountered "
+        r"in worker",
+    ),
     # pdsh (DeepSpeed's default multi-node launcher, its ssh rcmd module) when the command it
     # ran on a host failed there: "pdsh@node0: node1: ssh exited with exit code 1".
     _p(
@@ -1499,6 +1508,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "python_start_failed": {"failure", "crash"},
     "mpi_process_exit": {"failure", "crash"},
     "remote_command_failed": {"failure"},
+    "dataloader_worker_signal": {"failure"},
     "network_error": {"failure"},
     "nccl_proxy_peer_closed": {"info"},
     "ray_worker_died": {"failure", "crash"},
