@@ -64,6 +64,27 @@ def test_workers_give_what_this_process_gives(inputs: Path,
     _same(here, there)
 
 
+def test_the_workers_prefix_probe_misses_no_prefix(inputs: Path) -> None:
+    """Workers look for prefixes among a file's first lines by Hyperscan (polars' probe cannot
+    run in them): it says no only where polars' does, on every log and on made heads."""
+    made = [b"[rank3]: x\n", b"  17: x\n", b"2024-05-01 10:11:12 [rank0]: x\n", b"E\n",
+            b"node1: x\n", b"web-1  | x\n", b"(pid=42) x\n", b"[1,0]<stdout>: x\n"]
+    blocks = [f.read_bytes() for f in sorted(inputs.rglob("*")) if f.is_file()]
+    blocks += [b"Epoch 1 starting\n" * n + head + b"done\n" for head in made
+               for n in (0, 5, events.SAMPLE_LINES - 1, events.SAMPLE_LINES)]
+    said = {True: 0, False: 0}
+    for block in blocks:
+        if not block.isascii() or b"\r" in block:
+            continue
+        block = block if block.endswith(b"\n") else block + b"\n"
+        polars = events._probe_head(block)
+        said[polars] += 1
+        if polars:
+            assert events._prefixed_head(block), block[:200]
+    assert said[True] > 100 and said[False] > 100
+    assert not events._prefixed_head(b"Epoch 1 starting\n" * events.SAMPLE_LINES + b"[rank3]: x\n")
+
+
 def _once(marker: Path, then: object) -> object:
     """A child hook that runs ``then(n)`` in the first worker to reach its fourth file only
     (an exclusive create decides which)."""

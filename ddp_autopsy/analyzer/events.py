@@ -643,11 +643,12 @@ MAYBE_PREFIXED = rb"^(?:[^A-Za-z\n]|[A-Za-z][A-Za-z0-9_.-]*(?:[^A-Za-z0-9_.:\n-]
 #: that opens with its rank, see :func:`names_ranks`).
 _OPENER_ID = len(NEEDLES)
 _hs_maybe: Any = None  # MAYBE_PREFIXED's database
+_hs_prefix: Any = None  # ANY_PREFIX's, for worker processes (see _prefixed_head)
 
 
 def _hyperscan() -> Any:
     """The compiled needle database, or None (Hyperscan not installed, or it failed)."""
-    global _hs, _hs_db, _hs_maybe
+    global _hs, _hs_db, _hs_maybe, _hs_prefix
     if _hs is None:
         with _hs_lock:
             if _hs is None:
@@ -656,32 +657,35 @@ def _hyperscan() -> Any:
 
                     exprs = [re.escape(n).encode() for n in NEEDLES]
                     exprs += [rb"\n" + o[1:] for o in _SELF_OPENERS]
-                    db, maybe = _cached_databases(hyperscan, exprs) or \
+                    db, maybe, prefix = _cached_databases(hyperscan, exprs) or \
                         _compiled_databases(hyperscan, exprs)
-                    _hs, _hs_db, _hs_maybe = hyperscan, db, maybe
+                    _hs, _hs_db, _hs_maybe, _hs_prefix = hyperscan, db, maybe, prefix
                 except Exception:  # not installed, or no wheel for this CPU: polars does it
                     _hs = False
     return _hs_db if _hs else None
 
 
-def _compiled_databases(hyperscan: Any, exprs: list[bytes]) -> tuple[Any, Any]:
-    """The needles' database (``exprs``) and MAYBE_PREFIXED's, compiled (~50 ms) and saved
-    for the next run (:func:`_cached_databases`)."""
+def _compiled_databases(hyperscan: Any, exprs: list[bytes]) -> tuple[Any, Any, Any]:
+    """The needles' database (``exprs``), MAYBE_PREFIXED's and ANY_PREFIX's, compiled
+    (~90 ms) and saved for the next run (:func:`_cached_databases`)."""
     # (as regexes: compiled faster than as literals, 28 against 40 ms)
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs))
-    maybe = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-    maybe.compile(expressions=[MAYBE_PREFIXED], ids=[0], elements=1,
-                  flags=hyperscan.HS_FLAG_MULTILINE)
+    lines_dbs = []
+    for rx in (MAYBE_PREFIXED, ANY_PREFIX.encode()):
+        lines_dbs.append(hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK))
+        lines_dbs[-1].compile(expressions=[rx], ids=[0], elements=1,
+                              flags=hyperscan.HS_FLAG_MULTILINE)
     path = _hs_cache_path(hyperscan, exprs)
     if path is not None:
         with suppress(OSError):
-            data = hyperscan.dumpb(db)
+            data = b"".join(len(d).to_bytes(8, "little") + d
+                            for d in map(hyperscan.dumpb, (db, *lines_dbs)))
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(len(data).to_bytes(8, "little") + data + hyperscan.dumpb(maybe))
+            tmp.write_bytes(data)
             os.replace(tmp, path)  # (whole or not at all, whoever writes it at once)
-    return db, maybe
+    return db, lines_dbs[0], lines_dbs[1]
 
 
 def _hs_cache_path(hyperscan: Any, exprs: list[bytes]) -> Path | None:
@@ -692,34 +696,39 @@ def _hs_cache_path(hyperscan: Any, exprs: list[bytes]) -> Path | None:
     import hashlib
     import platform
 
-    key = hashlib.sha256(b"\0".join([*exprs, MAYBE_PREFIXED, getattr(
+    key = hashlib.sha256(b"\0".join([*exprs, MAYBE_PREFIXED, ANY_PREFIX.encode(), getattr(
         hyperscan, "__version__", "").encode(), platform.machine().encode()])).hexdigest()[:20]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base, "ddp-autopsy", f"hyperscan-{key}.db")
 
 
-def _cached_databases(hyperscan: Any, exprs: list[bytes]) -> tuple[Any, Any] | None:
-    """The databases a run before compiled for the same needles (read in ~0.1 ms), if a test
-    scan finds what it must (else, or unreadable: None, compiled anew): the needles on a line
-    of them all, and MAYBE_PREFIXED on a line it opens."""
+def _cached_databases(hyperscan: Any, exprs: list[bytes]) -> tuple[Any, Any, Any] | None:
+    """The databases a run before compiled for the same needles (read in ~0.1 ms), if test
+    scans find what they must (else, or unreadable: None, compiled anew): the needles on a
+    line of them all, MAYBE_PREFIXED and ANY_PREFIX on a line they open."""
     path = _hs_cache_path(hyperscan, exprs)
     if path is None:
         return None
     try:
         data = path.read_bytes()
-        size = int.from_bytes(data[:8], "little")
-        db = hyperscan.loadb(data[8:8 + size], hyperscan.HS_MODE_BLOCK)
-        maybe = hyperscan.loadb(data[8 + size:], hyperscan.HS_MODE_BLOCK)
+        dbs = []
+        at = 0
+        for _ in range(3):
+            size = int.from_bytes(data[at:at + 8], "little")
+            dbs.append(hyperscan.loadb(data[at + 8:at + 8 + size], hyperscan.HS_MODE_BLOCK))
+            at += 8 + size
         probe = b"\n".join(n.encode() for n in NEEDLES)
         found: set[int] = set()
-        db.scan(probe, match_event_handler=lambda id_, *_: found.add(id_) if id_ < len(exprs)
-                else None, scratch=hyperscan.Scratch(db))
-        hit: list[int] = []
-        maybe.scan(b"x\n[rank0]: y\n", match_event_handler=lambda *_: hit.append(1),
-                   scratch=hyperscan.Scratch(maybe))
+        dbs[0].scan(probe, match_event_handler=lambda id_, *_: found.add(id_)
+                    if id_ < len(exprs) else None, scratch=hyperscan.Scratch(dbs[0]))
+        hits: set[int] = set()
+        for i, db in enumerate(dbs[1:]):
+            db.scan(b"x\n[rank0]: y\n", match_event_handler=lambda *_, i=i: hits.add(i),
+                    scratch=hyperscan.Scratch(db))
     except Exception:  # absent, cut short, corrupt, or made for another CPU
         return None
-    return (db, maybe) if found >= set(range(len(NEEDLES))) and hit else None
+    return (dbs[0], dbs[1], dbs[2]) if found >= set(range(len(NEEDLES))) and len(hits) == 2 \
+        and at == len(data) else None
 
 
 #: The catalog's needle (in ``_BY_NEEDLE``) of each Hyperscan id, else None.
@@ -764,13 +773,13 @@ def _needle_lines(block: bytes, frame: pl.DataFrame, marks: Collection[int] = ()
     return found, marked, [frozenset(n) for n in needles], prefixed
 
 
-def _scratch(maybe: bool = False) -> Any:
+def _scratch(maybe: bool | str = False) -> Any:
     """This thread's Hyperscan scratch space (scans run on the pool's threads at once), for the
-    needles' database or MAYBE_PREFIXED's."""
-    name = "maybe" if maybe else "scratch"
+    needles' database, MAYBE_PREFIXED's (``maybe``) or ANY_PREFIX's (``"prefix"``)."""
+    name = maybe if isinstance(maybe, str) else "maybe" if maybe else "scratch"
     scratch = getattr(_hs_local, name, None)
     if scratch is None:
-        scratch = _hs.Scratch(_hs_maybe if maybe else _hs_db)
+        scratch = _hs.Scratch({"maybe": _hs_maybe, "prefix": _hs_prefix}.get(name, _hs_db))
         setattr(_hs_local, name, scratch)
     return scratch
 
@@ -823,7 +832,8 @@ def _sift_quick(block: bytes) -> _Sifted | None:
     total = newlines + (not block.endswith(b"\n"))
     if before[min(size, HEAD_BYTES)] < min(SAMPLE_LINES, total) and size > HEAD_BYTES:
         return None  # long lines: the first SAMPLE_LINES go on past HEAD_BYTES
-    if maybe is not None and before[maybe] < SAMPLE_LINES and _probe_head(block):
+    if maybe is not None and before[maybe] < SAMPLE_LINES and (
+            _prefixed_head(block) if _no_polars else _probe_head(block)):
         return None  # prefixes: lines.detect on polars' lines
     rows: list[tuple[int, str, frozenset[str]]] = []
     after: dict[int, str] = {}
@@ -900,6 +910,29 @@ def _probe_head(block: bytes) -> bool:
     if frame.height < SAMPLE_LINES and cut >= 0:
         frame = _read_lines(block)[0]
     return frame.select(_PROBE).item()
+
+
+def _prefixed_head(block: bytes) -> bool:
+    """:func:`_probe_head` without polars (in a worker process): ANY_PREFIX by Hyperscan over
+    the first SAMPLE_LINES lines, stopped at its first match. It may say yes where polars says
+    no (a match that runs over a newline, which no line of polars' holds): the file is then read
+    in the parent; it says no only where polars does."""
+    end = 0
+    for _ in range(SAMPLE_LINES):
+        end = block.find(b"\n", end) + 1
+        if not end:
+            end = len(block)
+            break
+    found: list[int] = []
+
+    def stop(_id: int, _start: int, _end: int, _flags: int, _ctx: Any) -> bool:
+        found.append(_end)
+        return True
+
+    with suppress(_hs.ScanTerminated):
+        _hs_prefix.scan(memoryview(block)[:end], match_event_handler=stop,
+                        scratch=_scratch("prefix"))
+    return bool(found)
 
 
 def _line_ends(block: bytes, total: int) -> Iterator[tuple[int, int, int]]:
