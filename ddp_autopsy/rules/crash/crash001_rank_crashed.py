@@ -211,8 +211,17 @@ class RankCrashed(Rule):
             first = fatal[0]
             pids = sorted({r["pid"] for r in fatal if r.get("pid")})
             hosts = sorted({r["host"] for r in fatal if r["host"]})
+            # NCCL's "host:pid:tid [dev]" names the process's GPU: on one node with one process
+            # per GPU (and nothing else naming ranks), GPU N is local rank N, the rank
+            devs = {int(m.group(1)) for r in fatal if (m := NCCL_DEV.match(r["text"]))}
+            by_gpu = not ranks and len(devs) == 1 and len(pids) == 1 and len(hosts) <= 1 \
+                and not job.ranks.height and declared_nodes(job.events) <= 1
+            if by_gpu:
+                ranks = devs
             who = subject(ranks, f"A process on {', '.join(hosts) or 'an unnamed host'}"
                           + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
+            if by_gpu:
+                who += f" (its GPU {next(iter(devs))}, one process per GPU)"
             yield self.finding(
                 f"{who} failed first: CUDA error: "
                 f"{first['data'].get('err') or STICKY_CUDA.search(first['text']).group(0)}, which "
@@ -418,6 +427,10 @@ def garbled_object(row: dict[str, Any]) -> bool:
     frame = row["data"].get("frame") or {}
     kind = str(row["data"].get("type") or "").rsplit(".", 1)[-1]
     return frame.get("func") == "_tensor_to_object" and kind in ("EOFError", "UnpicklingError")
+
+
+#: NCCL_DEBUG's line prefix "host:pid:tid [cudaDev]".
+NCCL_DEV = re.compile(r"^\S+:\d+:\d+ \[(\d+)\] ")
 
 
 def _after_failure(job: Job, row: dict[str, Any]) -> bool:
