@@ -9,6 +9,9 @@ checkpoint", evaluation, tokenizing...). A monitored barrier says it outright: i
 ranks that never arrived ("Ranks 2 failed to pass monitoredBarrier"), or the others report that
 the root itself never answered ("Rank 3 successfully reached monitoredBarrier, but received
 errors while waiting for send/recv from rank 0").
+Among several silent ranks none of which left a line, rank 0 alone is named when the timeout is
+in a broadcast (rank 0 is the usual source) or in one of the job's first five collectives (rank
+0 alone preparing data or a model while the others wait in a set-up barrier).
 
 ## Why it hangs or kills the job
 A collective completes only when every rank enters it. The ranks that timed out were waiting for
@@ -67,6 +70,10 @@ from ddp_autopsy.rules.base import (
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
 REPORTING = kinds_tagged("lost_peer") + kinds_tagged("hang")
+
+
+#: Collectives up to this sequence number are a job's first (its set-up barriers).
+EARLY_SEQ = 5
 
 
 class SilentRanks(Rule):
@@ -168,9 +175,13 @@ class SilentRanks(Rule):
         # A broadcast waits for its source, and rank 0 is the source of nearly every one (DDP's
         # initial weights, broadcast_object_list, a framework's decisions): among several silent
         # ranks with nothing else to tell them apart, rank 0 is the one the others wait for.
+        # So is it at the job's first few collectives (a barrier while rank 0 alone prepares
+        # the data: main_process_first, torch_distributed_zero_first, a dataset cache).
         root = None
+        seqs = {t["data"].get("seq") for t in timeouts}
+        early = bool(seqs) and None not in seqs and max(seqs) <= EARLY_SEQ
         if not working and len(silent) > 1 and 0 in silent and not last.keys() - {0} \
-                and {t["data"].get("op") for t in timeouts} == {"BROADCAST"}:
+                and ({t["data"].get("op") for t in timeouts} == {"BROADCAST"} or early):
             root, unseen, silent = 0, silent - {0}, {0}
         who = rank_phrase(silent)
         doing = "; ".join(f"rank {r}'s last line: `{excerpt(last[r]['text'], 120)}`"
@@ -181,7 +192,11 @@ class SilentRanks(Rule):
                    + (f"; {rank_phrase(unseen)} left no line in the inputs" if working and unseen
                       else "")
                    + (f" (rank 0 is the usual source of a broadcast; {rank_phrase(unseen)} "
-                      "left no line in the inputs)" if root == 0 else "") + ".")
+                      "left no line in the inputs)" if root == 0 and not early else "")
+                   + (f" (at collective #{max(seqs)}, one of the job's first: rank 0 alone "
+                      "preparing data or a model while the others wait is the usual reason; "
+                      f"{rank_phrase(unseen)} left no line in the inputs)" if root == 0 and early
+                      else "") + ".")
         evidence: list[Evidence] = [evidence_of(last[r]) for r in sorted(last)[:2]]
         evidence.append(evidence_of(timeouts[0]))
         seen_silent = silent & seen
