@@ -31,6 +31,10 @@ from collections.abc import Iterator
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of, subject
 
+#: A Windows install's path in a line or a traceback frame ("C:\\...\\site-packages\\"; JSON
+#: doubles the backslashes of a frame's file).
+WINDOWS_PATH = r"(?i)\b[a-z]:(?:\\{1,2}[^\\\s\"]+)*\\{1,2}(?:site-packages|lib|scripts)\\"
+
 
 class BackendDeviceMismatch(Rule):
     code = "ENV003"
@@ -49,9 +53,14 @@ class BackendDeviceMismatch(Rule):
         what = f"tensors on {device}" if device else "tensors"
         who = subject(ranks, "A rank")
         if any("NCCL built in" in r["text"] for r in rows):
+            # Windows wheels have CUDA but never NCCL: their paths say which build it is
+            windows = any(job.events[col].str.contains(WINDOWS_PATH).any()
+                          for col in ("text", "data")) if job.events.height else False
+            why = ("(Windows builds of PyTorch have no NCCL): use the gloo backend, or run "
+                   "under WSL2 or Linux" if windows else "(no CUDA): use Gloo on CPU-only machines")
             yield self.finding(
                 f"{subject(ranks, 'The job')} asked for the NCCL backend, which this torch build "
-                "does not have (no CUDA): use Gloo on CPU-only machines.",
+                f"does not have {why}.",
                 evidence=[evidence_of(r) for r in rows[:2]], ranks=ranks, confidence=0.9,
                 ts=first_ts(rows), details={"device": "cpu"})
             return
