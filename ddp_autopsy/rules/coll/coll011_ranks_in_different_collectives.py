@@ -7,7 +7,9 @@ one in `broadcast` while the others are in `all_gather`, or the same collective 
 different places in the code. The rule names the odd ranks and both call sites. Without stack
 dumps, the tracebacks the timeout left are the stacks: each rank's last traceback that ends in a
 torch.distributed call says which collective it was blocked in. With as many ranks on each side
-no side is named; when a point-to-point call (send, recv) is involved neither is, since
+no side is named (but when the two sides are a barrier and another collective, the barrier's
+ranks are, at a lower confidence: a barrier only some ranks reach is the usual way ranks split
+evenly); when a point-to-point call (send, recv) is involved neither is, since
 a pipeline's stages send and receive by design — unless the stacks carry the calls' peers
 (collect keeps torch.distributed's `src`/`dst`): a send to B pairs with B's receive from this
 rank, and the rank that the unpaired calls wait on most (at least two, more than any other) is
@@ -83,6 +85,21 @@ COLLECTIVE_CALLS = (COLLECTIVES - {"init_process_group", "new_group", "_store_ba
 #: torch.distributed's point-to-point calls: a pipeline's stages send and receive by design.
 P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list",
                  "recv_object_list"})
+
+
+BARRIERS = frozenset({"barrier", "monitored_barrier"})
+#: Said when an even split is broken by its barrier side.
+BARRIER_GUESS = (" As many ranks are on each side; the barrier's are named: a barrier that only"
+                 " some ranks reach (under an `if`, in a helper some ranks skip) is the usual"
+                 " way ranks split like this.")
+
+
+def lone_barrier(ops: list[str]) -> str | None:
+    """Of two calls that split the ranks evenly, the one that is a barrier (when only one is)."""
+    if len(ops) != 2:
+        return None
+    barriers = [op for op in ops if op.split(" ", 1)[0] in BARRIERS]
+    return barriers[0] if len(barriers) == 1 else None
 
 
 #: The point-to-point calls whose peer a stack's locals name, and which of them it is.
@@ -161,6 +178,10 @@ class RanksInDifferentCollectives(Rule):
         top, odd = ordered[0], ordered[1:]
         tie = len(calls[top]) == len(calls[ordered[1]])
         p2p = any(op in P2P for op in calls)
+        lone = lone_barrier(ordered) if tie and not p2p else None
+        if lone is not None:  # the barrier side of an even split: named, as the likelier
+            top, odd, tie = next(op for op in ordered if op != lone), [lone], False
+            ordered = [top, lone]
         odd_ranks = [] if tie or p2p else sorted(r for op in odd for r in calls[op])
 
         def side(op: str) -> str:
@@ -180,12 +201,12 @@ class RanksInDifferentCollectives(Rule):
             summary = (f"{side(odd[0])[0].upper()}{side(odd[0])[1:]}"
                        + "".join(f"; {side(op)}" for op in odd[1:3])
                        + f", while {side(top)}, as their last tracebacks show: the collectives "
-                       "do not match.")
+                       "do not match." + (BARRIER_GUESS if lone is not None else ""))
         firsts = [where[calls[op][0]] for op in [*odd[:2], top]]
         yield self.finding(
             summary, evidence=[evidence_of(r) for r in firsts], ranks=odd_ranks,
             hosts=[where[r].get("host") for r in odd_ranks], confidence=0.45 if tie or p2p
-            else 0.6, ts=first_ts(firsts),
+            or lone is not None else 0.6, ts=first_ts(firsts),
             details={"calls": [{"collective": op, "ranks": calls[op]} for op in ordered]})
 
     def _stacks(self, job: Job) -> Iterator[Finding]:
@@ -208,6 +229,12 @@ class RanksInDifferentCollectives(Rule):
         ordered = sorted(sizes, key=lambda k: -sizes[k])
         top, odd = ordered[0], ordered[1:]
         tie = sizes[top] == sizes[ordered[1]]
+        p2p = any(k[0].split(" ", 1)[0] in P2P for k in calls)
+        lone_op = lone_barrier([k[0] for k in ordered]) if tie and not p2p else None
+        lone = next((k for k in ordered if k[0] == lone_op), None)
+        if lone is not None:  # the barrier side of an even split: named, as the likelier
+            top, odd, tie = next(k for k in ordered if k != lone), [lone], False
+            ordered = [top, lone]
         odd_procs = [p for k in (ordered if tie else odd) for c in calls[k]
                      for p in tree.members(c.members)]
         ranks = [p.rank for p in odd_procs if p.rank is not None]
@@ -219,7 +246,6 @@ class RanksInDifferentCollectives(Rule):
                 f" called from {key[1]}" if key[1] else "")
 
         # wait labels look like "send", "recv (gloo)": point-to-point calls pair by design
-        p2p = any(k[0].split(" ", 1)[0] in P2P for k in calls)
         unpaired = unpaired_peer(tree) if p2p else None
         if unpaired is not None:
             blamed, waiting_on, calls_of = unpaired
@@ -246,7 +272,8 @@ class RanksInDifferentCollectives(Rule):
             first = where(odd[0])
             summary = (f"{first[0].upper()}{first[1:]}"
                        + "".join(f"; {where(k)}" for k in odd[1:3])
-                       + f", while {where(top)}: the collectives do not match.")
+                       + f", while {where(top)}: the collectives do not match."
+                       + (BARRIER_GUESS if lone is not None else ""))
         evidence = []
         for k in [*odd[:2], top]:
             c = calls[k][0]
@@ -257,7 +284,8 @@ class RanksInDifferentCollectives(Rule):
         named = unpaired is not None or not (tie or p2p)
         yield self.finding(
             summary, evidence=evidence, ranks=ranks if named else [],
-            hosts=[p.host for p in odd_procs], confidence=0.8 if named else 0.5,
+            hosts=[p.host for p in odd_procs],
+            confidence=0.5 if lone is not None else 0.8 if named else 0.5,
             details={"calls": [{"collective": k[0], "site": k[1] or None, "ranks": sorted(
                 p.rank for c in calls[k] for p in tree.members(c.members) if p.rank is not None)}
                 for k in ordered]},
