@@ -28,9 +28,11 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _load(path: Path, monkeypatch: pytest.MonkeyPatch, *, forked: bool,
-          hook: object = None) -> tuple[job.Job, int]:
+          hook: object = None, fallback: bool = False) -> tuple[job.Job, int]:
     """``path`` loaded with every file presifted and sifted without polars where it can be
-    (any size), in worker processes or not; and how many files the workers classified."""
+    (any size), in worker processes or not (``fallback``: stopped when most files come back,
+    as in use; else never, so that every file is offered to them); and how many files the
+    workers classified."""
     done = 0
     take = events.Presifter._take_forked
 
@@ -46,6 +48,8 @@ def _load(path: Path, monkeypatch: pytest.MonkeyPatch, *, forked: bool,
         m.setattr(job, "PRESIFT_FILES", 2)
         m.setattr(events, "PROCESS_FILES", 1 if forked else 10**9)
         m.setattr(events, "_child_hook", hook)
+        if not fallback:
+            m.setattr(events, "FALLBACK_AFTER", 10**9)
         m.setattr(events.Presifter, "_take_forked", counting)
         return job.load([path]), done
 
@@ -170,3 +174,23 @@ def test_workers_end_with_their_parent(tmp_path: Path) -> None:
     while not all(map(_gone, children)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert all(map(_gone, children))
+
+
+def test_prefixed_files_go_back_to_the_threads(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files whose heads carry prefixes need polars: workers hand them back, and once most of
+    the first ones came back the workers are stopped and the rest read on the threads; the
+    events are those of reading them without workers."""
+    for i in range(40):
+        (tmp_path / f"rank{i}.log").write_text(
+            f"[rank{i}]: starting\n" + f"NCCL INFO rank {i} line\n" * 200
+            + f"[rank{i}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n")
+    fell = []
+    fall_back = events.Presifter._fall_back
+    monkeypatch.setattr(events.Presifter, "_fall_back",
+                        lambda self, index: (fell.append(index), fall_back(self, index)))
+    here, _ = _load(tmp_path, monkeypatch, forked=False)
+    there, done = _load(tmp_path, monkeypatch, forked=True, fallback=True)
+    assert done == 0 and fell == [events.FALLBACK_AFTER - 1]
+    assert here.events.filter(here.events["kind"] == "oom").height == 40
+    _same(here, there)

@@ -816,13 +816,15 @@ def _sift_quick(block: bytes) -> _Sifted | None:
     db = _hyperscan()  # (not before: a small file needs no Hyperscan, ~50 ms and 30 MB)
     if db is None:
         return None
+    maybe = _first_maybe(block)
+    if _no_polars and maybe is not None and _prefixed_head(block):
+        return None  # (in a worker, before the needles' scan: the parent reads it)
     ends: list[tuple[int, int]] = []
     other: list[tuple[int, int]] = []
     db.scan(block, match_event_handler=lambda id_, _start, end, _flags, _ctx:
             (ends if id_ < _OPENER_ID else other).append((end, id_)), scratch=_scratch())
     ends.sort()
     size = len(block)
-    maybe = _first_maybe(block)
     # The head's newlines counted up to HEAD_BYTES: the first SAMPLE_LINES lines must end
     # there (else a prefix could open beyond what the scan looked at for MAYBE_PREFIXED).
     marks = sorted({end for end, _ in ends} | {min(size, HEAD_BYTES)}
@@ -832,8 +834,8 @@ def _sift_quick(block: bytes) -> _Sifted | None:
     total = newlines + (not block.endswith(b"\n"))
     if before[min(size, HEAD_BYTES)] < min(SAMPLE_LINES, total) and size > HEAD_BYTES:
         return None  # long lines: the first SAMPLE_LINES go on past HEAD_BYTES
-    if maybe is not None and before[maybe] < SAMPLE_LINES and (
-            _prefixed_head(block) if _no_polars else _probe_head(block)):
+    if maybe is not None and before[maybe] < SAMPLE_LINES and not _no_polars \
+            and _probe_head(block):
         return None  # prefixes: lines.detect on polars' lines
     rows: list[tuple[int, str, frozenset[str]]] = []
     after: dict[int, str] = {}
@@ -1269,6 +1271,7 @@ class Presifter:
         self._forked: dict[int, int] = {}  # id(key) -> index in self._large
         self._large = large
         self._procs: ForkPool | None = None
+        self._taken = self._declined = 0
         if context is not None and len(large) >= PROCESS_FILES and _processes():
             from ddp_autopsy.analyzer import workers  # (not for a 10-line log: ~3 ms)
 
@@ -1335,6 +1338,18 @@ class Presifter:
             self._more()
         return self._ready.pop(id(key))
 
+    def _fall_back(self, index: int) -> None:
+        """Most files so far needed polars (prefixed heads: the workers hand them back after
+        reading them): the workers are stopped and the files after ``index`` read as before
+        this pool existed, in batches on the threads."""
+        assert self._procs is not None
+        self._procs.close()
+        rest = self._large[index + 1:]
+        for f in rest:
+            del self._forked[id(f[0])]
+        self._batches.extend([f] for f in rest)  # (a large file is a batch of its own)
+        self._more()
+
     def _take_forked(self, key: Any, index: int) -> Sifted | None:
         assert self._procs is not None and self._context is not None
         noted = len(self._procs.notes)
@@ -1342,7 +1357,11 @@ class Presifter:
         if len(self._procs.notes) > noted:  # a worker died or hung: said at the file asked
             display = self._context(key).display
             self.notes += [InputNote(display, m) for m in self._procs.notes[noted:]]
+        self._taken += 1
         if not ok or got is None:  # lost, or not for a worker: the caller reads it
+            self._declined += ok
+            if self._taken >= FALLBACK_AFTER and 2 * self._declined >= self._taken:
+                self._fall_back(index)
             return None
         size, ctx, rows, notes, stats = got
         again = functools.partial(_read_and_sift, [self._large[index]], self._accept)
@@ -1357,6 +1376,9 @@ class Presifter:
 PROCESS_FILES = 128
 #: Files a worker takes at a time (each chunk's events are sent back pickled, ~9 a file).
 PROCESS_CHUNK = 8
+#: When at least half of the first this many files came back unread (they need polars), the
+#: workers are stopped and the rest read on the threads (:meth:`Presifter._fall_back`).
+FALLBACK_AFTER = 2 * PROCESS_CHUNK
 #: Called in a worker before each file with the number it did so far (tests: a worker killed
 #: mid-read).
 _child_hook: Callable[[int], None] | None = None
