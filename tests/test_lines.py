@@ -174,3 +174,16 @@ def test_torchrun_role_with_a_colon_names_the_local_rank() -> None:
     info = parse_line("[host1:2]AttributeError: 'list' object has no attribute 'sum'", 2026)
     assert (info.local_rank, info.body) == (2, "AttributeError: 'list' object has no attribute 'sum'")
     assert parse_line("[node-0:29500] listening", 2026).local_rank is None  # a port, not a local rank
+
+
+def test_ray_dedup_suffix_and_vllm_logger_without_bracket() -> None:
+    """vLLM < 0.8's logger ("ERROR 06-09 06:57:48 worker_base.py:581] ") under Ray's worker
+    prefix, and Ray's " [repeated 6x across cluster]" (not part of the message)."""
+    info = parse_line("(RayWorkerWrapper pid=45464, ip=10.0.0.7) ERROR 06-09 06:57:48 "
+                      "worker_base.py:581] RuntimeError: CUDA out of memory. "
+                      "[repeated 6x across cluster]", 2025)
+    assert (info.pid, info.host, info.level) == (45464, "10.0.0.7", "E")
+    assert info.body == "RuntimeError: CUDA out of memory."
+    # a message that mentions the words is left alone
+    assert parse_line("repeated 6x across cluster: fine", 2025).body == \
+        "repeated 6x across cluster: fine"

@@ -86,6 +86,17 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("closing_signal", "W1026 03:51:31.222000 2521679 torch/distributed/elastic/multiprocessing/"
      "api.py:908] Sending process 2521733 closing signal SIGTERM", {}),
     ("oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", {}),
+    ("oom", "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.50 GiB. GPU 3 has a "
+     "total capacity of 63.98 GiB", {}),
+    ("oom", "RuntimeError: NPU out of memory. Tried to allocate 30.00 MiB (NPU 3; 60.96 GiB total "
+     "capacity)", {"tried": "30.00 MiB"}),
+    ("oom", "|CCL_ERROR| ze error at zeCommandQueueExecuteCommandLists, code: "
+     "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY", {}),
+    ("watchdog_timeout", "[Rank 3] Watchdog caught collective operation timeout: WorkHCCL(SeqNum="
+     "196, OpType=ALLREDUCE, Timeout(ms)=3600000) ran for 3600120 milliseconds before timing out.",
+     {"seq": 196, "op": "ALLREDUCE", "pgrank": 3}),
+    ("duplicate_gpu", "Duplicate GPU detected : rank 3 and rank 0 both on CUDA device",
+     {"r1": 3, "r2": 0}),
     ("unused_parameters", "RuntimeError: Expected to have finished reduction in the prior "
      "iteration before starting a new one.", {}),
     # older and other wordings (docs/messages.md)

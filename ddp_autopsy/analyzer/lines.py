@@ -152,7 +152,7 @@ TIME_OF_DAY = re.compile(r"^\d\d:\d\d:\d\d(?:[.,]\d{1,9})? (?=[(\[])")
 # vLLM / SGLang's logger: "ERROR 07-08 10:09:09 [core.py:583] msg" (level, month-day, time, source)
 LEVEL_FIRST = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mm>\d\d)-(?P<dd>\d\d) "
-    r"(?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))? \[[\w./-]+:\d+\] "
+    r"(?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))? \[?[\w./-]+:\d+\] "  # (vLLM < 0.8: no "[")
 )
 # kubectl logs --prefix: "[pod/trainer-worker-0/pytorch] msg"
 KUBECTL = re.compile(r"^\[pod/(?P<pod>[^/\]\s]+)(?:/(?P<container>[^\]\s]+))?\] ?")
@@ -503,6 +503,11 @@ def block_writers(sample: pl.Series, known: FilePrefix) -> WriterKey | None:
     return writer_key(lines, known)
 
 
+#: Ray's log deduplication appends to a line that several workers printed " [repeated 6x across
+#: cluster]" (ray/_private/ray_logging.py): not part of the message.
+RAY_DEDUP = re.compile(r"\s+\[repeated \d+x across cluster\]\s*$")
+
+
 def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) -> LineInfo:
     """Strip the known prefixes of ``text``; ``ref`` (or a year) fills in stamps with no year."""
     if isinstance(ref, int):
@@ -613,7 +618,7 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
         # A bare "[Rank N]" or PG 0 names the global rank (PyTorch's default process group).
         if info.rank is None and (info.pg is None or info.pg == 0):
             info.rank, info.cue = info.pg_rank, "message [Rank N]"
-    info.body = body
+    info.body = RAY_DEDUP.sub("", body)
     info.stream = "|".join(parts) or None
     return info
 

@@ -378,29 +378,32 @@ PATTERNS: tuple[Pattern, ...] = (
         "watchdog_timeout",
         ("Watchdog caught collective operation timeout", "timed out in call to wait()",
          "timed out in blocking wait", "] Watchdog", "Caught collective operation timeout"),
+        # (the vendor process groups copy its text: torch_npu's WorkHCCL, torch-xpu's WorkXCCL)
         # (torch 1.10-1.13's blocking wait, WorkNCCL::synchronizeInternal, said "[Rank 1] Caught
         # collective operation timeout: WorkNCCL(...) ran for N milliseconds", no "Watchdog")
         r"(?:(?:\[Rank (?P<pgrank>\d+)\] )?(?:Watchdog c|C)aught collective operation timeout: "
-        r"WorkNCCL\((?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)(?:, TensorShape=\[[^\]]*\])?"
+        r"Work(?:NCCL|HCCL|XCCL)\((?:SeqNum=(?P<seq>\d+), )?OpType=(?P<op>\w+)"
+        r"(?:, TensorShape=\[[^\]]*\])?"
         r"(?:, NumelIn=(?P<nin>\d+), NumelOut=(?P<nout>\d+))?, Timeout\(ms\)=(?P<timeout_ms>\d+)\) "
         r"ran for (?P<ran_ms>\d+) milliseconds"
         # NCCL_BLOCKING_WAIT=1: wait() raises "Work WorkNCCL(SeqNum=5, OpType=ALLREDUCE, ...,
         # Timeout(ms)=60000) timed out in call to wait()." (1.8-2.1), "... timed out in blocking
         # wait (NCCL_BLOCKING_WAIT=1)." (2.2+)
-        r"|Work WorkNCCL\((?:SeqNum=(?P<seq2>\d+), )?OpType=(?P<op2>\w+)[^)]*?"
+        r"|Work Work(?:NCCL|HCCL|XCCL)\((?:SeqNum=(?P<seq2>\d+), )?OpType=(?P<op2>\w+)[^)]*?"
         r"Timeout\(ms\)=(?P<timeout_ms2>\d+)\) timed out in (?:call to wait\(\)|blocking wait)"
         # the same, shortened by whoever pasted it ("WorkNCCL(..., OpType=ALLREDUCE, ...)"):
         # each field read where it is found (up to "ran for N milliseconds": a line cut
         # before it is joined with the next first)
         r"|(?:\[Rank (?P<pgrank3>\d+)\] )?(?:Watchdog c|C)aught collective operation timeout:? "
-        r"WorkNCCL\((?:[^)]*?SeqNum=(?P<seq3>\d+))?(?:[^)]*?OpType=(?P<op3>\w+))?"
+        r"Work(?:NCCL|HCCL|XCCL)\((?:[^)]*?SeqNum=(?P<seq3>\d+))?(?:[^)]*?OpType=(?P<op3>\w+))?"
         r"(?:[^)]*?NumelIn=(?P<nin3>\d+), ?NumelOut=(?P<nout3>\d+))?"
         r"(?:[^)]*?Timeout\(ms\)=(?P<timeout_ms3>\d+))?"
         r"[^)]*\) ran for (?P<ran_ms3>\d+) milliseconds"
         # the same line cut inside WorkNCCL(...) (a paste's end, a truncated excerpt): its
         # sequence number and op, when shown, still place the rank in the collective
         r"|(?:\[Rank (?P<pgrank4>\d+)\] )?Watchdog caught collective operation timeout:? "
-        r"WorkNCCL\([^)]*?SeqNum=(?P<seq4>\d+)(?:, OpType=(?P<op4>\w+)(?=,))?[^)]*$(?P<cut>)"
+        r"Work(?:NCCL|HCCL|XCCL)\([^)]*?SeqNum=(?P<seq4>\d+)(?:, OpType=(?P<op4>\w+)(?=,))?"
+        r"[^)]*$(?P<cut>)"
         # ... or cut inside its first words ("[Rank 1] Watchdog c"): a timeout of that rank
         # (not after the whole word "caught": that line is wrapped, and joined with the next)
         r"|\[Rank (?P<pgrank5>\d+)\] Watchdog(?: (?:c(?:a(?:u(?:gh?)?)?)?)?)?\s*$(?P<cut2>))",
@@ -802,8 +805,18 @@ PATTERNS: tuple[Pattern, ...] = (
          "CUDA error: out of memory", "DefaultCPUAllocator: ",
          "killed due to memory pressure (OOM)",
          "exceeds the memory usage threshold", "Memory on the node (IP: ", "MemoryError",
-         "Unable to allocate ", "is killed by signal: Killed"),
+         "Unable to allocate ", "is killed by signal: Killed", "PU out of memory",
+         "HIP out of memory", "MPS backend out of memory", "OUT_OF_DEVICE_MEMORY",
+         "driver error:out of memory"),
         r"(?:(?P<cuda>CUDA out of memory)(?:\. Tried to allocate (?P<tried>[\d.]+ [KMGT]i?B))?"
+        # the other backends' caching allocators say the same of their device ("HIP out of
+        # memory. Tried to allocate", "XPU out of memory", torch_npu's "NPU out of memory", "MPS
+        # backend out of memory"), as do Level Zero ("ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY",
+        # oneCCL) and Ascend's runtime ("rtMalloc execute failed, reason=[driver error:out of
+        # memory]")
+        r"|(?P<cuda3>(?:HIP|XPU|NPU|MPS backend) out of memory)"
+        r"(?:\. Tried to allocate (?P<tried2>[\d.]+ [KMGT]i?B))?"
+        r"|(?P<cuda4>ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|driver error:out of memory)"
         r"|(?P<host>Out of memory: Killed process (?P<pid>\d+))|OutOfMemoryError|'out of memory'"
         # the CUDA runtime's own wording (cudaErrorMemoryAllocation), and c10's host allocator:
         # "DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes" (or "not
@@ -1189,7 +1202,7 @@ PATTERNS: tuple[Pattern, ...] = (
         ("Duplicate GPU detected", "using the same GPU", "sharing GPU", "both on CUDA device"),
         # (the message's second half alone names the ranks too, as pastes keep it)
         r"(?:(?:Duplicate GPU detected : )?rank (?P<r1>\d+) and rank (?P<r2>\d+) both on CUDA "
-        r"device (?P<busid>[0-9a-fA-F]+)"
+        r"device(?: (?P<busid>[0-9a-fA-F]+))?"
         r"|Multiple [Rr]anks (?:detected using|are using) the same GPU"
         r"|Detected ranks (?P<r3>\d+) and (?P<r4>\d+) sharing GPU with bus (?P<bus2>[0-9a-fA-F]+))",
         alias={"r3": "r1", "r4": "r2", "bus2": "busid"},
