@@ -194,3 +194,13 @@ def test_prefixed_files_go_back_to_the_threads(tmp_path: Path,
     assert done == 0 and fell == [events.FALLBACK_AFTER - 1]
     assert here.events.filter(here.events["kind"] == "oom").height == 40
     _same(here, there)
+
+
+def test_a_prefix_regex_hyperscan_cannot_compile_only_turns_workers_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(events, "ANY_PREFIX", r"^(a)\1: ")  # a back-reference: not for Hyperscan
+    for name in ("_hs", "_hs_db", "_hs_maybe", "_hs_prefix"):
+        monkeypatch.setattr(events, name, None)
+    assert events._hyperscan() is not None and events._hs_prefix is None
+    assert not events._processes() and not (tmp_path / "ddp-autopsy").exists()

@@ -671,13 +671,18 @@ def _compiled_databases(hyperscan: Any, exprs: list[bytes]) -> tuple[Any, Any, A
     # (as regexes: compiled faster than as literals, 28 against 40 ms)
     db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
     db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs))
-    lines_dbs = []
+    lines_dbs: list[Any] = []
     for rx in (MAYBE_PREFIXED, ANY_PREFIX.encode()):
         lines_dbs.append(hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK))
-        lines_dbs[-1].compile(expressions=[rx], ids=[0], elements=1,
-                              flags=hyperscan.HS_FLAG_MULTILINE)
+        try:
+            lines_dbs[-1].compile(expressions=[rx], ids=[0], elements=1,
+                                  flags=hyperscan.HS_FLAG_MULTILINE)
+        except hyperscan.error:
+            if rx == MAYBE_PREFIXED:
+                raise
+            lines_dbs[-1] = None  # (lines.py's regex grew what Hyperscan lacks: no workers)
     path = _hs_cache_path(hyperscan, exprs)
-    if path is not None:
+    if path is not None and lines_dbs[-1] is not None:
         with suppress(OSError):
             data = b"".join(len(d).to_bytes(8, "little") + d
                             for d in map(hyperscan.dumpb, (db, *lines_dbs)))
@@ -1386,10 +1391,11 @@ _child_hook: Callable[[int], None] | None = None
 
 def _processes() -> bool:
     """Whether worker processes may be used: Linux, more than one core, Hyperscan (without it
-    every file needs polars, which a worker cannot use)."""
+    every file needs polars, which a worker cannot use) with ANY_PREFIX compiled."""
     from ddp_autopsy.analyzer import workers
 
-    return workers.available() and workers.cores() > 1 and _hyperscan() is not None
+    return workers.available() and workers.cores() > 1 and _hyperscan() is not None \
+        and _hs_prefix is not None
 
 
 def _in_worker(numpy: bool) -> None:
