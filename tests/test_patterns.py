@@ -340,6 +340,18 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("remote_command_failed", "pdsh@worker-0: worker-1: ssh exited with exit code 1",
      {"node": "worker-1", "exitcode": 1}),
     ("port_in_use", "RuntimeError: Address already in us", {}),
+    ("no_socket_interface", "RuntimeError: GlooDeviceFactory::makeUVDevice(): interface or "
+     "hostname can't be empty", {}),
+    ("shm_error", "[2026-03-25 05:44:29,435 W 39 39] (raylet) store_runner.cc:83: System memory "
+     "request exceeds memory available in /dev/shm. The request is for 10200547328 bytes, and "
+     "the amount available is 9663676416 bytes.", {}),
+    ("network_error", "host-2:311:405 [0] transport/net_ib.cc:199 NCCL WARN NET/IB : mlx5_32:1 "
+     "Got async error event: port error", {"event": "port error"}),
+    ("external_signal", "[2025-02-11 20:08:00,117 I 4121 4121] main.cc:284: Raylet graceful "
+     "shutdown triggered, reason = EXPECTED_TERMINATION, reason message = received SIGTERM",
+     {"signame": "SIGTERM", "reason": "EXPECTED_TERMINATION"}),
+    ("store_wait_timeout", ". This may indicate a possible application crash on rank 0 or a "
+     "network set up issue.", {"root": 0}),
     ("port_in_use", "[W socket.cpp:436] [c10d] The server socket has failed to bind to "
      "[DESKTOP-L9L2GVM]:10086 (system error: 10048 - 通常每个套接字地址只允许使用一次。).",
      {"port": 10086}),

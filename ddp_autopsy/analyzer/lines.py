@@ -149,6 +149,11 @@ RAY = re.compile(
 # A log viewer's time of day before the process's own prefixes: "11:31:42.990 (WorkerDict
 # pid=10872) [rank5]:..." (no date: stripped, not used as a stamp)
 TIME_OF_DAY = re.compile(r"^\d\d:\d\d:\d\d(?:[.,]\d{1,9})? (?=[(\[])")
+# SGLang's logger: "[2025-08-28 21:19:34 DP1 TP3] msg" (the stamp is read first, then its
+# parallel ranks, which are ranks within their groups, not global ones), and with the process:
+# "2025-08-28 21:19:34 ERROR 125765 [ DP10 TP10 EP10 scheduler.py:2655] msg".
+SGLANG_GROUPS = re.compile(r"^(?:(?:DP|TP|EP|PP|CP)\d+ ?)+\] ")
+SGLANG_SOURCE = re.compile(r"^\d+ \[ ?(?:(?:DP|TP|EP|PP|CP)\d+ )*[\w./-]+\.py:\d+\] ")
 # vLLM / SGLang's logger: "ERROR 07-08 10:09:09 [core.py:583] msg" (level, month-day, time, source)
 LEVEL_FIRST = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mm>\d\d)-(?P<dd>\d\d) "
@@ -583,6 +588,10 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
             body = body[m.end() :]
             continue
         m = TIME_OF_DAY.match(body)
+        if m:
+            body = body[m.end() :]
+            continue
+        m = SGLANG_GROUPS.match(body) or SGLANG_SOURCE.match(body)
         if m:
             body = body[m.end() :]
             continue

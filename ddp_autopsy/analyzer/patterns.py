@@ -271,7 +271,8 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "store_wait_timeout",
         ("wait timeout after", "Socket Timeout", "waitForInput: socket",
-         "retrieving ncclUniqueId from", "retreiving ncclUniqueId from"),
+         "retrieving ncclUniqueId from", "retreiving ncclUniqueId from",
+         "may indicate a possible application crash on rank"),
         # 2.0+: a rank waiting for the NCCL id rank 0 publishes when it creates the communicator:
         # "[3] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d
         # key-value store by key '0', but store->get('0') got error: wait timeout after 600000ms"
@@ -281,6 +282,10 @@ PATTERNS: tuple[Pattern, ...] = (
         r"retr(?:ie|ei)ving ncclUniqueId from \[(?P<root>\d+)\] via c10d key-value store"
         r"(?: by key '(?P<keys2>[^']*)')?"
         r"(?:, but store->get\('[^']*'\) got error: (?P<err>.+?)(?:\. This may indicate|$))?"
+        # (its tail alone, the head cut or wrapped away: ". This may indicate a possible
+        # application crash on rank 0 or a network set up issue.")
+        r"|^\W*This may indicate a possible application crash on rank (?P<root2>\d+) or a "
+        r"network set up issue(?P<cut>)"
         r"|wait timeout after (?P<ms>\d+)ms(?:, keys: (?P<keys>.+?)\.?$)?"
         r"|DistStoreError: Socket Timeout"
         # 2.3+, a store read that got no answer (W level, before the exception if any):
@@ -772,8 +777,13 @@ PATTERNS: tuple[Pattern, ...] = (
     # ("*** STEP 5559.0 ON node3 CANCELLED AT 2025-01-10T15:27:25 DUE TO TIME LIMIT ***").
     _p(
         "external_signal",
-        ("Received SIG", "this job is preempted", "CANCELLED AT", "*** STEP ", "*** JOB "),
+        ("Received SIG", "this job is preempted", "CANCELLED AT", "*** STEP ", "*** JOB ",
+         "graceful shutdown triggered, reason = "),
         r"(?:Received (?P<signame>SIG[A-Z0-9]+): (?P<signum>\d+)"
+        # Ray's raylet stopped from outside (src/ray/raylet/main.cc): "Raylet graceful shutdown
+        # triggered, reason = EXPECTED_TERMINATION, reason message = received SIGTERM"
+        r"|Raylet graceful shutdown triggered, reason = (?P<reason2>\w+), reason message = "
+        r"received (?P<signame3>SIG[A-Z]+)"
         r"|Caught signal (?P<signame2>\w+) on (?P<host>\S+): this job is preempted"
         r"|\*\*\* (?P<what>JOB|STEP) (?P<id>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
         r"(?: DUE TO (?P<reason>[A-Z][A-Z ]*[A-Z]))?"
@@ -1165,8 +1175,12 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "no_socket_interface",
         ("no socket interface found", "no interface found", "No usable listening interface",
-         "nor AF_INET6", "Unable to find address for", "Address family not supported"),
+         "nor AF_INET6", "Unable to find address for", "Address family not supported",
+         "interface or hostname can't be empty"),
         r"(?:Bootstrap ?: no socket interface found|NET/Socket : no interface found"
+        # Gloo's device factory given neither (c10d/GlooDeviceFactory.cpp): "GlooDeviceFactory::
+        # makeUVDevice(): interface or hostname can't be empty" (makeTCPDevice alike)
+        r"|make(?:UV|TCP)Device\(\): interface or hostname can't be empty"
         r"|No usable listening interface found|neither AF_INET\(\d+\) nor AF_INET6\(\d+\)"
         # socket() refused the family of the interface NCCL picked (IPv6 disabled on the host)
         r"|Socket creation failed : Address family not supported by protocol"
@@ -1216,8 +1230,11 @@ PATTERNS: tuple[Pattern, ...] = (
         "shm_error",
         ("shared memory segment", "failed to extend", "Could not map", "shared memory file",
          "insufficient shared memory", "unable to allocate shared memory", "/dev/shm",
-         "posix_fallocate failed"),
-        r"(?:Error: failed to extend (?P<path>\S+) to (?P<bytes>\d+) bytes(?:, error: (?P<err>.+?) "
+         "posix_fallocate failed", "memory available in /dev/shm"),
+        # (Ray's plasma store, store_runner.cc: "System memory request exceeds memory available
+        # in /dev/shm. The request is for N bytes, and the amount available is M bytes.")
+        r"(?:System memory request exceeds memory available in /dev/shm"
+        r"|Error: failed to extend (?P<path>\S+) to (?P<bytes>\d+) bytes(?:, error: (?P<err>.+?) "
         r"\((?P<errno>\d+)\))?"
         # (a line cut inside its size still names the segment: "(size 734038")
         r"|Error while (?P<op>[\w ]+?) shared memory segment (?P<path2>\S+) "
@@ -1234,13 +1251,15 @@ PATTERNS: tuple[Pattern, ...] = (
         "network_error",
         ("Call to recv from", "Call to send to", "Got completion", "async fatal event",
          "Got async event", "Socket recv failed", "got completion with error", "Call to ibv_",
-         "completed with error. RC: "),
+         "completed with error. RC: ", "Got async error event"),
         r"(?:Call to (?:recv from|send to) (?P<peer>\S+) failed : (?P<err>.+)"
         r"|Call to (?:recv|send) failed : (?P<err2>.+)"
         r"|Got completion (?:from peer (?P<peer2>\S+) )?with (?:error (?P<status>\d+)"
         r"|status=(?:(?P<stname>\w+)\()?(?P<status2>\d+))"
         r"|async (?:fatal )?event(?: on \w+[^:]*)? ?: (?P<event>.+)"
         r"|Got async event : (?P<event2>.+)"
+        # 2.19+ (transport/net_ib.cc): "NET/IB : mlx5_32:1 Got async error event: port error"
+        r"|Got async error event: (?P<event3>.+)"
         r"|Socket recv failed"
         # NCCL's ibverbs wrapper (misc/ibvwrap.cc): "Call to ibv_reg_mr_iova2 failed with error
         # Invalid argument", "Call to ibv_modify_qp failed with 110 Connection timed out"
