@@ -340,6 +340,11 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("remote_command_failed", "pdsh@worker-0: worker-1: ssh exited with exit code 1",
      {"node": "worker-1", "exitcode": 1}),
     ("port_in_use", "RuntimeError: Address already in us", {}),
+    ("port_in_use", "EJ0003: [PID: 159] 2025-03-26-17:01:02.816.428 Failed to bind the IP port. "
+     "Reason: The IP address and port have been bound already.", {}),
+    ("nccl_error", "RuntimeError: createHCCLComm:build/CMakeFiles/torch_npu.dir/compiler_depend.ts"
+     ":1479 HCCL function error: HcclGetRootInfo(&hcclID), error code is 11",
+     {"estr": "HcclGetRootInfo"}),
     ("no_socket_interface", "RuntimeError: GlooDeviceFactory::makeUVDevice(): interface or "
      "hostname can't be empty", {}),
     ("shm_error", "[2026-03-25 05:44:29,435 W 39 39] (raylet) store_runner.cc:83: System memory "

@@ -95,7 +95,8 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "port_in_use",
         ("Address already in u", "EADDRINUSE", "address already in u",
-         "another process is utilizing it", "system error: 10048"),
+         "another process is utilizing it", "system error: 10048",
+         "port have been bound already"),
         # (on Windows the code is Winsock's, its text in the system's language: "(system error:
         # 10048 - 通常每个套接字地址...只允许使用一次。)", WSAEADDRINUSE)
         r"(?:bind to (?P<addr>\S+?):(?P<port>\d+) \((?:errno: 98|system error: 10048)"
@@ -104,7 +105,10 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|EADDRINUSE|[Aa]ddress already in use|[Aa]ddress already in us?\s*$(?P<cut>)"
         # accelerate: "Tried to launch distributed communication on port `29500`, but another
         # process is utilizing it."
-        r"|on port `(?P<port3>\d+)`, but another process is utilizing it)",
+        r"|on port `(?P<port3>\d+)`, but another process is utilizing it"
+        # Ascend's CANN (EJ0003): "Failed to bind the IP port. Reason: The IP address and port
+        # have been bound already."
+        r"|The IP address and port have been bound already)",
         port=int,
         port2=int,
         port3=int,
@@ -1385,7 +1389,8 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     _p(
         "nccl_error",
-        ("NCCL error", "Test NCCL failure", "Test CUDA failure", "NcclError: NCCL_ERROR_"),
+        ("NCCL error", "Test NCCL failure", "Test CUDA failure", "NcclError: NCCL_ERROR_",
+         "HCCL error in: ", "HCCL function error: "),
         # torch before 1.6 printed no version: "NCCL error in: .../ProcessGroupNCCL.cpp:272,
         # unhandled system error"
         r"NCCL error(?: in: (?P<file>\S+):(?P<line>\d+),|:) (?P<estr>.+?), "
@@ -1398,7 +1403,12 @@ PATTERNS: tuple[Pattern, ...] = (
         r"'(?P<estr3>[^'/]*?)\s*(?:/ (?P<last>[^']*))?'"
         # cupy's NCCL binding (cupy_backends/cuda/libs/nccl.pyx check_status, vLLM's older
         # paths): "NcclError: NCCL_ERROR_SYSTEM_ERROR: unhandled system error (run with ...)"
-        r"|NcclError: NCCL_ERROR_\w+: (?P<estr4>.+?)(?: \(run with NCCL_DEBUG.*)?$",
+        r"|NcclError: NCCL_ERROR_\w+: (?P<estr4>.+?)(?: \(run with NCCL_DEBUG.*)?$"
+        # torch_npu's ProcessGroupHCCL, the same role: "[ERROR] HCCL error in: torch_npu/csrc/
+        # distributed/ProcessGroupHCCL.cpp:64", "HCCL function error: HcclGetRootInfo(&hcclID),
+        # error code is 11" (CANN's E[A-Z]nnnn line after it says why)
+        r"|HCCL error in: (?P<file4>\S+):(?P<line4>\d+)"
+        r"|HCCL function error: (?P<estr5>\w+)\(.*?error code is \d+",
     ),
 )
 

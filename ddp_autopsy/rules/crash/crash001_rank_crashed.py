@@ -456,8 +456,10 @@ def _crash_exit(code: object) -> bool:
 #: A store read that failed because the store's server went away (reset, closed, refused,
 #: end of file): not a timeout.
 LOST_STORE = re.compile(r"reset|closed|refused|broken pipe|EOF|end of file", re.I)
-# (torch's "NCCL error in: ...", pynccl's "NCCL error: ...", cupy's "NcclError: NCCL_ERROR_...")
-NCCL_ERROR = re.compile(r"NCCL error(?: in| \d+)?:|NcclError: NCCL_ERROR_", re.IGNORECASE)
+# (torch's "NCCL error in: ...", pynccl's "NCCL error: ...", cupy's "NcclError: NCCL_ERROR_...",
+# torch_npu's "HCCL error in: ..." and "HCCL function error: ...")
+NCCL_ERROR = re.compile(r"[NH]CCL error(?: in| \d+)?:|NcclError: NCCL_ERROR_|HCCL function error:",
+                        re.IGNORECASE)
 #: CUDA errors that leave the context unusable (cudaErrorIllegalAddress, ...LaunchFailure,
 #: ...Assert, ...MisalignedAddress, ...IllegalInstruction, ...HardwareStackError,
 #: ...ECCUncorrectable).
