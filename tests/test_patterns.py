@@ -95,6 +95,9 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("watchdog_timeout", "[Rank 3] Watchdog caught collective operation timeout: WorkHCCL(SeqNum="
      "196, OpType=ALLREDUCE, Timeout(ms)=3600000) ran for 3600120 milliseconds before timing out.",
      {"seq": 196, "op": "ALLREDUCE", "pgrank": 3}),
+    ("watchdog_timeout", "[rank6] Watchdog caught collective operation timeout: WorkNCCL(SeqNum="
+     "1320347, OpType=ALLREDUCE, NumelIn=4501504, NumelOut=4501504, Timeout(ms)=600000)",
+     {"seq": 1320347, "nin": 4501504}),
     ("duplicate_gpu", "Duplicate GPU detected : rank 3 and rank 0 both on CUDA device",
      {"r1": 3, "r2": 0}),
     ("unused_parameters", "RuntimeError: Expected to have finished reduction in the prior "

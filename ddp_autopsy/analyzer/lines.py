@@ -107,7 +107,7 @@ MPI = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr)>:\s?")
 TORCH_RANK = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
 # Lightning's rank_prefixed_message: "[rank: 1] msg"; trainers' own loggers: "[RANK 4] msg"
 LIGHTNING = re.compile(r"^\[rank: (?P<rank>\d+)\]\s")
-UPPER_RANK = re.compile(r"^\[RANK (?P<rank>\d+)\]\s")
+UPPER_RANK = re.compile(r"^\[(?:RANK |rank)(?P<rank>\d+)\]\s")  # (also "[rank6] msg")
 RANK_CUES = {TORCH_RANK.pattern: "torch [rankN]: prefix",
              LIGHTNING.pattern: "Lightning [rank: N] prefix", UPPER_RANK.pattern: "[RANK N] prefix"}
 # P2 c10 logger: "[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] " (≤2.3: no time).

@@ -407,7 +407,7 @@ PATTERNS: tuple[Pattern, ...] = (
         r"Work(?:NCCL|HCCL|XCCL)\((?:[^)]*?SeqNum=(?P<seq3>\d+))?(?:[^)]*?OpType=(?P<op3>\w+))?"
         r"(?:[^)]*?NumelIn=(?P<nin3>\d+), ?NumelOut=(?P<nout3>\d+))?"
         r"(?:[^)]*?Timeout\(ms\)=(?P<timeout_ms3>\d+))?"
-        r"[^)]*\) ran for (?P<ran_ms3>\d+) milliseconds"
+        r"[^)]*\)(?: ran for (?P<ran_ms3>\d+) milliseconds|\s*$)"
         # the same line cut inside WorkNCCL(...) (a paste's end, a truncated excerpt): its
         # sequence number and op, when shown, still place the rank in the collective
         r"|(?:\[Rank (?P<pgrank4>\d+)\] )?Watchdog caught collective operation timeout:? "
@@ -415,7 +415,9 @@ PATTERNS: tuple[Pattern, ...] = (
         r"[^)]*$(?P<cut>)"
         # ... or cut inside its first words ("[Rank 1] Watchdog c"): a timeout of that rank
         # (not after the whole word "caught": that line is wrapped, and joined with the next)
-        r"|\[Rank (?P<pgrank5>\d+)\] Watchdog(?: (?:c(?:a(?:u(?:gh?)?)?)?)?)?\s*$(?P<cut2>))",
+        r"|\[Rank (?P<pgrank5>\d+)\] Watchdog(?: (?:c(?:a(?:u(?:gh?)?)?)?)?)?\s*$(?P<cut2>)"
+        # ... or wrapped right after its "timeout:" (the rest, WorkNCCL(...), on the next lines)
+        r"|(?:Watchdog c|C)aught collective operation timeout:\s*$(?P<cut3>))",
         pgrank4=int,
         pgrank5=int,
         seq4=int,
