@@ -343,6 +343,9 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("remote_command_failed", "pdsh@worker-0: worker-1: ssh exited with exit code 1",
      {"node": "worker-1", "exitcode": 1}),
     ("port_in_use", "RuntimeError: Address already in us", {}),
+    ("peer_closed", "RPC agent for parameter_server encountered error when sending response to "
+     "request #4 to trainer_1: eof (this error originated at tensorpipe/transport/shm/"
+     "connection_impl.cc:259)", {"peer": "trainer_1"}),
     ("port_in_use", "EJ0003: [PID: 159] 2025-03-26-17:01:02.816.428 Failed to bind the IP port. "
      "Reason: The IP address and port have been bound already.", {}),
     ("nccl_error", "RuntimeError: createHCCLComm:build/CMakeFiles/torch_npu.dir/compiler_depend.ts"

@@ -633,6 +633,7 @@ PATTERNS: tuple[Pattern, ...] = (
             "sendBytes failed on",
             'Failed to check the "should dump" flag',
             "Error: Broken pipe",
+            ": eof (this error originated at",
         ),
         r"(?:Connection closed by (?:remote )?peer\s*\[?(?P<peer>[^\]\s]*)\]?(?::(?P<port>\d+))?"
         r"|Failed to recv, got 0 bytes|Connection reset by peer"
@@ -641,7 +642,13 @@ PATTERNS: tuple[Pattern, ...] = (
         # fails ("maybe TCPStore server has shut down too early").
         r"|sendBytes failed on SocketImpl\(.*?remote=\[?(?P<peer2>[^\]\s)]*)"
         r"|Failed to check the \"should dump\" flag on TCPStore"
-        r"|^(?:\w+\.)*(?:RuntimeError|DistNetworkError): Broken pipe$)",
+        r"|^(?:\w+\.)*(?:RuntimeError|DistNetworkError): Broken pipe$"
+        # torch.distributed.rpc's TensorPipe agent (rpc/tensorpipe_agent.cc): "RPC agent for
+        # parameter_server encountered error when sending response to request #4 to trainer_1:
+        # eof (this error originated at tensorpipe/transport/shm/connection_impl.cc:259)" (not
+        # the shutdown's own, which says "(this is expected to happen during shutdown)")
+        r"|RPC agent for \S+ encountered error when \w+ .*? (?:to|from) (?P<peer3>\S+): eof "
+        r"\(this error originated at)",
     ),
     # --- crashes ------------------------------------------------------------------------------
     _p("traceback", "Traceback (most recent call last)", r"^Traceback \(most recent call last\):"),
