@@ -4,7 +4,9 @@
 The process that hosts the TCPStore (torchrun's agent, or rank 0) could not bind MASTER_PORT:
 PyTorch's "failed to bind to ...:PORT (errno: 98 - Address already in use)" (on Windows "(system
 error: 10048 - ...)", Winsock's code with its text in the system's language), the libuv store's
-EADDRINUSE, a plain `RuntimeError: Address already in use`, or NCCL's "Call to bind failed".
+EADDRINUSE, a plain `RuntimeError: Address already in use`, or NCCL's "Call to bind failed". A
+ZeroMQ socket's (`zmq.error.ZMQError: Address already in use (addr='tcp://...')`: a serving
+framework's own queues, vLLM's or SGLang's) is told apart, with its own remedy.
 
 ## Why it hangs or kills the job
 Without the store no rank can rendezvous: the store host dies at start-up and the other ranks
@@ -34,6 +36,10 @@ from collections.abc import Iterator
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of
 
+#: pyzmq's exception for a socket whose bind failed: "zmq.error.ZMQError: Address already in use
+#: (addr='tcp://10.0.0.58:40043')".
+ZMQ = re.compile(r"ZMQError|\(addr='(?:tcp|ipc)://")
+ZMQ_ADDR = re.compile(r"addr='([^']+)'")
 #: Innermost frames of a worker's own rendezvous (init_process_group → its TCPStore, which
 #: only rank 0 binds); the scanner keeps an exception's innermost frame in its data.
 WORKER_RENDEZVOUS = re.compile(r"init_process_group|_tcp_rendezvous_handler|_env_rendezvous_handler"
@@ -57,6 +63,19 @@ class PortInUse(Rule):
         ]
         where = f"port {', '.join(map(str, ports))}" if ports else "the rendezvous port"
         summary = f"The rendezvous store could not bind {where}: address already in use"
+        remedy = self.remedy()
+        zmq = [r for r in rows if ZMQ.search(r["text"])]
+        if zmq and len(zmq) == len(rows):
+            # ZeroMQ's own socket (vLLM's and SGLang's engine, worker and API-server queues), not
+            # torch's store: its port comes from the serving framework, not MASTER_PORT
+            addr = ZMQ_ADDR.search(zmq[0]["text"])
+            summary = ("A ZeroMQ socket could not bind " + (addr.group(1) if addr else where)
+                       + ": address already in use (the serving framework's own queues, vLLM's "
+                       "or SGLang's, not torch's rendezvous store)")
+            remedy = ("Another engine or an earlier one still running on this host holds the "
+                      "port: stop it (`ss -ltnp` names it), or start one engine at a time; "
+                      "vLLM takes its ports from VLLM_PORT (and picks free ones when unset), "
+                      "SGLang from --port / --nccl-port.")
         if holders and holders[0].get("holder_pid"):
             h = holders[0]
             cmd = " ".join(h.get("holder_cmdline") or [])[:120]
@@ -67,8 +86,7 @@ class PortInUse(Rule):
         in_worker = any(WORKER_RENDEZVOUS.search(str((r["data"].get("frame") or {}).get("func", "")))
                         for r in job.rows("exception"))
         ranks = ranks_of(rows) or ({0} if in_worker or job.ranks.height else set())
-        remedy = self.remedy()
-        if len(ports) == 1:
+        if len(ports) == 1 and not zmq:
             remedy = remedy.replace("sport = :PORT", f"sport = :{ports[0]}").replace(
                 "--master-port PORT", f"--master-port <a free port, not {ports[0]}>")
         yield self.finding(

@@ -1,0 +1,43 @@
+"""What a verdict says, where the words are the finding: the source a failure came from, the
+platform's own remedy, the launcher's notation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ddp_autopsy.analyzer.job import load
+from ddp_autopsy.rules.engine import run
+
+CASES = Path(__file__).parent / "rules" / "cases"
+
+
+def verdict(case: str):
+    files = [p for p in (CASES / case).iterdir() if p.name != "expect.json"]
+    found = run(load(files)).verdict
+    assert found is not None
+    return found
+
+
+def test_a_zeromq_socket_is_not_the_rendezvous_store() -> None:
+    v = verdict("RDZV001-zmq-socket")
+    assert "ZeroMQ socket could not bind tcp://10.0.0.58:40043" in v.summary
+    assert "VLLM_PORT" in v.remedy and "--master-port" not in v.remedy
+
+
+def test_torch_store_bind_keeps_its_own_remedy() -> None:
+    v = verdict("RDZV001-winsock-10048")
+    assert v.summary.startswith("The rendezvous store could not bind port 10086")
+    assert "--master-port <a free port, not 10086>" in v.remedy
+
+
+def test_windows_builds_have_no_nccl() -> None:
+    assert "Windows builds of PyTorch have no NCCL" in verdict("ENV003-windows-no-nccl").summary
+
+
+def test_host_slots_passed_to_ssh_is_explained() -> None:
+    assert "-H host:slots" in verdict("RDZV002-ssh-host-slots").summary
+
+
+def test_several_killed_ranks_agree_in_number() -> None:
+    assert verdict("CRASH002-srun-tasks-killed").summary.startswith(
+        "Ranks 4-7 were killed with SIGKILL")
