@@ -187,3 +187,11 @@ def test_ray_dedup_suffix_and_vllm_logger_without_bracket() -> None:
     # a message that mentions the words is left alone
     assert parse_line("repeated 6x across cluster: fine", 2025).body == \
         "repeated 6x across cluster: fine"
+
+
+def test_capitalised_torch_rank_prefix_is_the_global_rank() -> None:
+    """verl's workers print "[Rank7]:" (not a launcher's "[default7]:"); the message's own
+    "[Rank 3]" is a rank of a sub-group there."""
+    info = parse_line("(WorkerDict pid=66442) [Rank7]:[T506 14:16:14.487575902 ProcessGroupNCCL."
+                      "cpp:629] [Rank 3] Watchdog caught collective operation timeout", 2025)
+    assert (info.rank, info.local_rank, info.cue) == (7, None, "torch [rankN]: prefix")

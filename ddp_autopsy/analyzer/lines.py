@@ -104,7 +104,7 @@ LAUNCHER = re.compile(r"^\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)(?:[|:](?P<gr>\d
 ROLE_TEE = re.compile(r"^\[(?P<role>[A-Za-z_][\w.-]*):(?P<lr>\d{1,3})\](?!:)")
 # Open MPI --tag-output: "[1,3]<stdout>:"
 MPI = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr)>:\s?")
-TORCH_RANK = re.compile(r"^\[rank(?P<rank>\d+)\]:\s?")
+TORCH_RANK = re.compile(r"^\[[Rr]ank(?P<rank>\d+)\]:\s?")  # (some forks print "[Rank7]:")
 # Lightning's rank_prefixed_message: "[rank: 1] msg"; trainers' own loggers: "[RANK 4] msg"
 LIGHTNING = re.compile(r"^\[rank: (?P<rank>\d+)\]\s")
 UPPER_RANK = re.compile(r"^\[(?:RANK |rank)(?P<rank>\d+)\]\s")  # (also "[rank6] msg")
@@ -529,7 +529,7 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
             continue
         stamped = False
         m = LAUNCHER.match(body)
-        if m and m.group("role") != "rank":
+        if m and m.group("role").lower() != "rank":
             info.local_rank = int(m.group("lr"))
             parts.append(f"l={info.local_rank}")
             if m.group("gr") is not None and info.rank is None:
