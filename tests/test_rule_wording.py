@@ -41,3 +41,9 @@ def test_host_slots_passed_to_ssh_is_explained() -> None:
 def test_several_killed_ranks_agree_in_number() -> None:
     assert verdict("CRASH002-srun-tasks-killed").summary.startswith(
         "Ranks 4-7 were killed with SIGKILL")
+
+
+def test_a_bar_the_timeout_was_glued_to_is_quoted_without_a_rank() -> None:
+    summary = verdict("COLL012-timeout-glued-to-a-bar").summary
+    assert "no line from rank 0 says what it was doing (the progress bar" in summary
+    assert "497/499" in summary

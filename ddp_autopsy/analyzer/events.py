@@ -1698,6 +1698,10 @@ def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, 
             state.spawn_index[stream] = int(fields["index"])
         elif info.rank is None and pat.kind in WRITER_RANK_FIELDS and "rank" in fields:
             info.rank, info.cue = fields["rank"], WRITER_RANK_FIELDS[pat.kind]
+        if state.glued_to and pat.kind != "traceback":
+            # the progress bar this message was glued to: a process's last activity (its own or
+            # another's) when the message was written
+            fields = {**fields, "after_bar": state.glued_to.strip()[:300]}
         events.append(_row(pat.kind, line, info, ctx, text, fields))
     if em and not body.lstrip().startswith("Exception raised from"):
         tb = state.tracebacks.pop(stream, None)

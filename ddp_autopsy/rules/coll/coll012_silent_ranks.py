@@ -186,9 +186,14 @@ class SilentRanks(Rule):
         who = rank_phrase(silent)
         doing = "; ".join(f"rank {r}'s last line: `{excerpt(last[r]['text'], 120)}`"
                           for r in sorted(last)[:3])
+        # a progress bar the timeout was glued to, which names no rank: what some process was
+        # doing when the others gave up (said as it is, not claimed for a rank)
+        bar = next((t["data"]["after_bar"] for t in timeouts if t["data"].get("after_bar")), None)
         summary = (f"{who[0].upper()}{who[1:]} never reached {op} that "
                    f"{rank_phrase(waiting)} timed out in"
-                   + (f" ({doing})" if doing else f"; no line from {who} says what it was doing")
+                   + (f" ({doing})" if doing else f"; no line from {who} says what it was doing"
+                      + (f" (the progress bar the timeout was printed after, which names no "
+                         f"rank: `{excerpt(bar, 100)}`)" if bar else ""))
                    + (f"; {rank_phrase(unseen)} left no line in the inputs" if working and unseen
                       else "")
                    + (f" (rank 0 is the usual source of a broadcast; {rank_phrase(unseen)} "
