@@ -9,6 +9,9 @@ checkpoint", evaluation, tokenizing...). A monitored barrier says it outright: i
 ranks that never arrived ("Ranks 2 failed to pass monitoredBarrier"), or the others report that
 the root itself never answered ("Rank 3 successfully reached monitoredBarrier, but received
 errors while waiting for send/recv from rank 0").
+ProcessGroupNCCL's heartbeat monitor ("watchdog got stuck for N seconds", "Heartbeat monitor
+timed out!") with no collective timeout from any rank names the ranks that printed it: wedged
+themselves (a CUDA or NCCL call that never returned, a thread holding the GIL).
 Among several silent ranks none of which left a line, rank 0 alone is named when the timeout is
 in a broadcast (rank 0 is the usual source) or in one of the job's first five collectives (rank
 0 alone preparing data or a model while the others wait in a set-up barrier).
@@ -94,6 +97,8 @@ class SilentRanks(Rule):
         reported = events.filter(pl.col("kind").is_in(REPORTING))
         waiting = set(reported["rank"].drop_nulls().to_list())
         timed_out = reported.filter(pl.col("kind").is_in(kinds_tagged("hang")))
+        if timed_out.height == 0:
+            yield from self._watchdog_stuck(job)
         seen = set(events["rank"].drop_nulls().to_list())
         if not waiting:
             # The watchdog's abort stack says "timeout" only through its checkTimeout frame
@@ -214,6 +219,27 @@ class SilentRanks(Rule):
                      "last_lines": {str(r): row["text"] for r, row in sorted(last.items())}},
         )
 
+
+    def _watchdog_stuck(self, job: Job) -> Iterator[Finding]:
+        """ProcessGroupNCCL's heartbeat monitor fired ("watchdog got stuck for 480 seconds
+        without making progress", "Heartbeat monitor timed out!") and no rank reported a
+        collective timeout: the ranks that printed it were wedged themselves (a CUDA or NCCL
+        call that never returned, a thread holding the GIL), so not even their watchdog ran."""
+        rows = [r for r in job.rows("watchdog_hang") if r["rank"] is not None]
+        ranks = sorted({r["rank"] for r in rows})
+        if not rows or job.crashes.ranks:
+            return
+        secs = next((r["data"]["seconds"] for r in rows if r["data"].get("seconds")), None)
+        yield self.from_rows(
+            rows, f"{rank_phrase(ranks).capitalize()} {'was' if len(ranks) == 1 else 'were'} "
+            "wedged: ProcessGroupNCCL's watchdog "
+            + (f"made no progress for {secs} seconds" if secs else "stopped making progress")
+            + ", and no rank reported a collective timeout. A CUDA or NCCL call that never "
+            "returned, or a thread holding the GIL, stops the watchdog itself; a rank that "
+            "left the others' sequence of collectives (after an exception it caught, say) and "
+            "waits in a call they never make does too. Its stack (`ddp-autopsy collect`, "
+            "py-spy dump --native) shows where.", shown=2, ranks=ranks, confidence=0.35,
+            details={"seconds": secs})
 
     def _barrier_root(self, job: Job) -> Iterator[Finding]:
         """A monitored barrier (``dist.monitored_barrier``, or TORCH_DISTRIBUTED_DEBUG=DETAIL's
