@@ -343,6 +343,10 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("remote_command_failed", "pdsh@worker-0: worker-1: ssh exited with exit code 1",
      {"node": "worker-1", "exitcode": 1}),
     ("port_in_use", "RuntimeError: Address already in us", {}),
+    ("fr_report", "Not all ranks joining collective, sequence number: 31117",
+     {"missing_seq": 31117}),
+    ("fr_report", "Collective 39 at entry 38 errors", {"error_seq": 39}),
+    ("fr_report", "missing ranks: {3, 4, 5, 6, 7}", {"missing": "3, 4, 5, 6, 7"}),
     ("peer_closed", "RPC agent for parameter_server encountered error when sending response to "
      "request #4 to trainer_1: eof (this error originated at tensorpipe/transport/shm/"
      "connection_impl.cc:259)", {"peer": "trainer_1"}),

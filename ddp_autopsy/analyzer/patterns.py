@@ -941,6 +941,28 @@ PATTERNS: tuple[Pattern, ...] = (
     # launched up to operation 640" (or "... have not launched any operations"), and the ranks
     # of the small groups: "Rank 12 -- GPU 4 managed by process 323032 on node 10.0.0.4", or for
     # one rank alone "Rank 5 has launched up to operation 639 -- GPU 5 managed by ...".
+    # PyTorch's Flight Recorder analyzer (fr_trace; torch/distributed/flight_recorder/components
+    # utils.py and types.py, earlier tools/flight_recorder), its report pasted as text: a block
+    # per collective it could not match, headed "Not all ranks joining collective, sequence
+    # number: 31117" (older: "...collective: sequence number: ..."), "Collective sequence number:
+    # 39 has errors" (older: "Collective 39 at entry 38 errors") or "Input/output mismatch in the
+    # collective sequence number: N", then "missing ranks: {3, 4, 5}" or "error msg: Culprit
+    # rank 22; Error type: SIZE_OR_SYNTAX_MISMATCH, ..., Culprit rank 110; ...".
+    _p(
+        "fr_report",
+        ("Not all ranks joining collective", " at entry ", "has errors",
+         "Input/output mismatch in the collective sequence number", "missing ranks: {",
+         "error msg: Culprit rank"),
+        r"^(?:Not all ranks joining collective[,:] sequence number: (?P<missing_seq>\d+)"
+        r"|Collective (?P<error_seq>\d+) at entry \d+ errors"
+        r"|Collective sequence number: (?P<error_seq2>\d+) has errors"
+        r"|Input/output mismatch in the collective sequence number: (?P<io_seq>\d+)"
+        r"|missing ranks: \{(?P<missing>[\d, ]+)\}"
+        r"|error msg: (?P<errors>Culprit rank \d+;.*))",
+        missing_seq=int,
+        error_seq=int,
+        io_seq=int,
+    ),
     _p(
         "ras_op_counts",
         ("different ", "ranks have launched up to operation", "ranks have not launched any",
@@ -1559,6 +1581,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "python_start_failed": {"failure", "crash"},
     "mpi_process_exit": {"failure", "crash"},
     "remote_command_failed": {"failure"},
+    "fr_report": {"failure"},
     "dataloader_worker_signal": {"failure"},
     "network_error": {"failure"},
     "nccl_proxy_peer_closed": {"info"},
