@@ -343,6 +343,12 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("remote_command_failed", "pdsh@worker-0: worker-1: ssh exited with exit code 1",
      {"node": "worker-1", "exitcode": 1}),
     ("port_in_use", "RuntimeError: Address already in us", {}),
+    ("watchdog_timeout", "[Rank 1] Watchdog caught collective operatMERS_CACHE` is deprecated and "
+     "will be removed in v5 of Transformion timeout: WorkNCCL(SeqNum=2109, OpType=_ALLGATHER_BASE,"
+     " NumelIn=262711296, NumelOut=525422592, Timeout(ms)=1800000) ran for 1800007 milliseconds "
+     "before timing out.", {"seq": 2109, "op": "_ALLGATHER_BASE", "nin": 262711296}),
+    ("nccl_error", "Failed, NCCL error transformer_engine/pytorch/csrc/userbuffers/userbuffers-"
+     "host.cpp:223 'unhandled system error'", {"estr": "unhandled system error"}),
     ("fr_report", "Not all ranks joining collective, sequence number: 31117",
      {"missing_seq": 31117}),
     ("fr_report", "Collective 39 at entry 38 errors", {"error_seq": 39}),

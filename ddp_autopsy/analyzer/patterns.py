@@ -386,7 +386,8 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "watchdog_timeout",
         ("Watchdog caught collective operation timeout", "timed out in call to wait()",
-         "timed out in blocking wait", "] Watchdog", "Caught collective operation timeout"),
+         "timed out in blocking wait", "] Watchdog", "Caught collective operation timeout",
+         "milliseconds before timing out"),
         # (the vendor process groups copy its text: torch_npu's WorkHCCL, torch-xpu's WorkXCCL)
         # (torch 1.10-1.13's blocking wait, WorkNCCL::synchronizeInternal, said "[Rank 1] Caught
         # collective operation timeout: WorkNCCL(...) ran for N milliseconds", no "Watchdog")
@@ -417,7 +418,12 @@ PATTERNS: tuple[Pattern, ...] = (
         # (not after the whole word "caught": that line is wrapped, and joined with the next)
         r"|\[Rank (?P<pgrank5>\d+)\] Watchdog(?: (?:c(?:a(?:u(?:gh?)?)?)?)?)?\s*$(?P<cut2>)"
         # ... or wrapped right after its "timeout:" (the rest, WorkNCCL(...), on the next lines)
-        r"|(?:Watchdog c|C)aught collective operation timeout:\s*$(?P<cut3>))",
+        r"|(?:Watchdog c|C)aught collective operation timeout:\s*$(?P<cut3>)"
+        # ... or its head garbled (another process's output spliced into the words, as two
+        # writers to one terminal do): the tail WorkNCCL::checkTimeout builds is its own
+        r"|Work(?:NCCL|HCCL|XCCL)\((?:SeqNum=(?P<seq6>\d+), )?OpType=(?P<op6>\w+)"
+        r"(?:[^)]*?NumelIn=(?P<nin6>\d+), ?NumelOut=(?P<nout6>\d+))?.*?\) ran for "
+        r"(?P<ran_ms6>\d+) milliseconds before timing out)",
         pgrank4=int,
         pgrank5=int,
         seq4=int,
@@ -1421,7 +1427,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "nccl_error",
         ("NCCL error", "Test NCCL failure", "Test CUDA failure", "NcclError: NCCL_ERROR_",
-         "HCCL error in: ", "HCCL function error: "),
+         "HCCL error in: ", "HCCL function error: ", "Failed, NCCL error"),
         # torch before 1.6 printed no version: "NCCL error in: .../ProcessGroupNCCL.cpp:272,
         # unhandled system error"
         r"NCCL error(?: in: (?P<file>\S+):(?P<line>\d+),|:) (?P<estr>.+?), "
@@ -1438,6 +1444,9 @@ PATTERNS: tuple[Pattern, ...] = (
         # torch_npu's ProcessGroupHCCL, the same role: "[ERROR] HCCL error in: torch_npu/csrc/
         # distributed/ProcessGroupHCCL.cpp:64", "HCCL function error: HcclGetRootInfo(&hcclID),
         # error code is 11" (CANN's E[A-Z]nnnn line after it says why)
+        # the NCCLCHECK macro of NCCL's examples and of TransformerEngine's userbuffers:
+        # "Failed, NCCL error .../userbuffers-host.cpp:223 'unhandled system error'"
+        r"|Failed, NCCL error (?P<file5>\S+):(?P<line5>\d+) '(?P<estr6>[^']*)'"
         r"|HCCL error in: (?P<file4>\S+):(?P<line4>\d+)"
         r"|HCCL function error: (?P<estr5>\w+)\(.*?error code is \d+",
     ),
