@@ -47,3 +47,8 @@ def test_a_bar_the_timeout_was_glued_to_is_quoted_without_a_rank() -> None:
     summary = verdict("COLL012-timeout-glued-to-a-bar").summary
     assert "no line from rank 0 says what it was doing (the progress bar" in summary
     assert "497/499" in summary
+
+
+def test_the_same_call_at_other_sequence_numbers_is_said_so() -> None:
+    summary = verdict("COLL001-fingerprint-same-call-other-seq").summary
+    assert "same call, BARRIER, at different points" in summary and "rank 1 at #1" in summary

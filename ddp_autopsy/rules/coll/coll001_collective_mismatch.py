@@ -311,7 +311,21 @@ class CollectiveMismatch(Rule):
                 evidence=[evidence_of(rows[0])], ranks=[], confidence=0.8, ts=first_ts(rows),
                 details={"fingerprints": {str(rank): fp}})
             return
-        culprits, majority = _minority({k: _normalise(v) for k, v in fp_of.items()})
+        normal = {k: _normalise(v) for k, v in fp_of.items()}
+        if len(set(normal.values())) == 1:
+            # the same call at different sequence numbers ("SequenceNumber=1OpType=BARRIER" on
+            # one rank, "=0" on the other): one rank ran a collective more, or one less
+            where = "; ".join(f"rank {k} at #{SEQ.search(fp).group(1) if SEQ.search(fp) else '?'}"
+                              for k, fp in sorted(fp_of.items()))
+            yield self.finding(
+                f"The ranks ran the same call, {_short(next(iter(fp_of.values())))}, at different "
+                f"points of their sequence of collectives ({where}): one of them ran a "
+                "collective more than the others before it, or one less.",
+                evidence=[evidence_of(r) for r in rows[:2]], ranks=[], confidence=0.85,
+                ts=first_ts(rows), details={"fingerprints": {str(k): v for k, v in
+                                                             sorted(fp_of.items())}})
+            return
+        culprits, majority = _minority(normal)
         odd = {_short(fp_of[r]) for r in culprits}
         usual = _short(next(fp for r, fp in fp_of.items() if r not in culprits)) \
             if len(culprits) < len(fp_of) else None
