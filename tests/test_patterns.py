@@ -343,6 +343,8 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("remote_command_failed", "pdsh@worker-0: worker-1: ssh exited with exit code 1",
      {"node": "worker-1", "exitcode": 1}),
     ("port_in_use", "RuntimeError: Address already in us", {}),
+    ("task_start_failed", "slurmstepd: error: pyxis: container start failed with error code: 1",
+     {"code": 1}),
     ("watchdog_timeout", "[Rank 1] Watchdog caught collective operatMERS_CACHE` is deprecated and "
      "will be removed in v5 of Transformion timeout: WorkNCCL(SeqNum=2109, OpType=_ALLGATHER_BASE,"
      " NumelIn=262711296, NumelOut=525422592, Timeout(ms)=1800000) ran for 1800007 milliseconds "

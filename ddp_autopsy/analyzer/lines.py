@@ -70,7 +70,9 @@ HOSTLIKE = re.compile(r"^(?:localhost|[A-Za-z0-9_]*[0-9.-][A-Za-z0-9_.-]*)$")
 NOT_HOST = re.compile(r"(?i:error|exception|warning|exit|interrupt)$|^(?:INFO|WARN|WARNING|ERROR|"
                       r"DEBUG|CRITICAL|FATAL|NOTE|Note|TODO)$|^[a-z_]+(?:\.[a-z_]+){2,}$"
                       # nor an RDMA provider's name ("mlx5: host1: got completion with error:")
-                      r"|^(?:mlx[45]|hfi1|bnxt_re|efa)(?:_\d+)?$")
+                      r"|^(?:mlx[45]|hfi1|bnxt_re|efa)(?:_\d+)?$"
+                      # nor a bare number: srun --label's task id ("22: ...")
+                      r"|^\d+$")
 # srun --label: "  3: msg" (the task id, right-aligned).
 SRUN_LABEL = re.compile(r"^ *(?P<task>[0-9]+): ")
 # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[${rank}]:" (torch's documented example) or

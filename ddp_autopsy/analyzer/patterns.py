@@ -1069,6 +1069,19 @@ PATTERNS: tuple[Pattern, ...] = (
         r"ERROR: Unexpected (?P<what>segmentation fault|floating-point exception) encountered "
         r"in worker",
     ),
+    # SLURM's step daemon failing a task before it ran: pyxis/enroot's container ("slurmstepd:
+    # error: pyxis: container start failed with error code: 1", "... pyxis: couldn't start
+    # container"), a SPANK plugin ("spank: required plugin spank_pyxis.so: task_init() failed
+    # with rc=-1"); under srun --label the task is the rank.
+    _p(
+        "task_start_failed",
+        ("pyxis: container start failed", "pyxis: couldn't start container",
+         "task_init() failed"),
+        r"(?:pyxis: container start failed(?: with error code: (?P<code>\d+))?"
+        r"|pyxis: couldn't start container"
+        r"|spank: required plugin (?P<plugin>\S+): task_init\(\) failed)",
+        code=int,
+    ),
     # pdsh (DeepSpeed's default multi-node launcher, its ssh rcmd module) when the command it
     # ran on a host failed there: "pdsh@node0: node1: ssh exited with exit code 1".
     _p(
@@ -1590,6 +1603,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "python_start_failed": {"failure", "crash"},
     "mpi_process_exit": {"failure", "crash"},
     "remote_command_failed": {"failure"},
+    "task_start_failed": {"failure"},
     "fr_report": {"failure"},
     "dataloader_worker_signal": {"failure"},
     "network_error": {"failure"},

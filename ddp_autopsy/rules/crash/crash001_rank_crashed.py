@@ -202,7 +202,11 @@ class RankCrashed(Rule):
         # A sticky CUDA error kills its process's CUDA context: the rank it names is gone, even
         # when only its watchdog thread re-raised it ("Process group watchdog thread terminated
         # with exception: CUDA error: an illegal memory access was encountered").
-        sticky = [r for r in job.rows("cuda_failure") if STICKY_CUDA.search(r["text"])]
+        # (so does any CUDA error the watchdog thread itself raised: "NCCL watchdog thread
+        # terminated with exception: CUDA error: operation not permitted when stream is
+        # capturing" takes its process down)
+        sticky = [r for r in job.rows("cuda_failure") if STICKY_CUDA.search(r["text"])
+                  or WATCHDOG_CUDA.search(r["text"])]
         # (an NCCL_DEBUG line names its host and pid, not always its rank)
         fatal = earliest_first([r for r in sticky if r["rank"] is not None]
                                or [r for r in sticky if r["host"] and not _after_failure(job, r)])
@@ -222,11 +226,13 @@ class RankCrashed(Rule):
                           + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
             if by_gpu:
                 who += f" (its GPU {next(iter(devs))}, one process per GPU)"
+            sticky_err = STICKY_CUDA.search(first["text"])
+            err = first["data"].get("err") or (sticky_err.group(0) if sticky_err else "?")
+            why = ("(a bad kernel or memory access: in its own code, an extension, or the "
+                   "NCCL/CUDA build for this GPU)" if sticky_err else
+                   "(raised in its NCCL watchdog thread, which takes the process down with it)")
             yield self.finding(
-                f"{who} failed first: CUDA error: "
-                f"{first['data'].get('err') or STICKY_CUDA.search(first['text']).group(0)}, which "
-                "ends its process (a bad kernel or memory access: in its own code, an extension, or "
-                "the NCCL/CUDA build for this GPU).",
+                f"{who} failed first: CUDA error: {err}, which ends its process {why}.",
                 evidence=[evidence_of(r) for r in fatal[:2]], ranks=ranks,
                 hosts=[r["host"] for r in fatal], confidence=0.7, ts=first["ts"],
                 details={"cuda_error": first["data"].get("err")})
@@ -429,6 +435,8 @@ def garbled_object(row: dict[str, Any]) -> bool:
     return frame.get("func") == "_tensor_to_object" and kind in ("EOFError", "UnpicklingError")
 
 
+#: The watchdog thread ended by a CUDA error of its own (not a timeout's report).
+WATCHDOG_CUDA = re.compile(r"watchdog thread terminated with exception: CUDA error: ")
 #: NCCL_DEBUG's line prefix "host:pid:tid [cudaDev]".
 NCCL_DEV = re.compile(r"^\S+:\d+:\d+ \[(\d+)\] ")
 

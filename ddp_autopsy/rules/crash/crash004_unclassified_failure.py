@@ -29,6 +29,7 @@ go on than logs alone.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import polars as pl
@@ -48,6 +49,11 @@ def failing_kinds() -> tuple[str, ...]:
 #: (an NCCL error is the rank's own, whatever caused it).
 WAITING = tuple(k for k in {*kinds_tagged("lost_peer"), *kinds_tagged("hang")}
                 if k != "nccl_error")
+
+
+#: An srun --label task id in a line's stream ("t=22"): a rank or a node's launcher, which the
+#: inputs did not settle.
+TASK = re.compile(r"(?:^|\|)t=(\d+)")
 
 
 class UnclassifiedFailure(Rule):
@@ -89,7 +95,9 @@ class UnclassifiedFailure(Rule):
             rows = [first, *(r for r in rows if r is not first)]
         first = rows[0]
         if own.height:
-            who = f"rank {first['rank']}" if first["rank"] is not None else "a process"
+            task = TASK.search(first.get("stream") or "")
+            who = f"rank {first['rank']}" if first["rank"] is not None else \
+                f"srun task {task.group(1)}" if task else "a process"
             where = f" on {first['host']}" if first.get("host") else ""
             summary = (f"No rule explains this failure; the earliest the inputs show is "
                        f"{who}{where}: {excerpt(first['text'])}")

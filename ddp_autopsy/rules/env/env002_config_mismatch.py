@@ -77,7 +77,9 @@ class ConfigMismatch(Rule):
         process cannot see): more processes per node than visible GPUs (`--nproc_per_node` above
         the GPU count, a CUDA_VISIBLE_DEVICES narrower than the launch), or a device index
         computed from the global rank instead of the local one."""
-        rows = [r for r in job.rows("cuda_failure", "exception")
+        # (nccl-tests' CUDACHECK says it too: "node1: Test CUDA failure common.cu:963 'invalid
+        # device ordinal'")
+        rows = [r for r in job.rows("cuda_failure", "exception", "nccl_error")
                 if "invalid device ordinal" in r["text"]]
         if not rows:
             return
