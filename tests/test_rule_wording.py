@@ -52,3 +52,8 @@ def test_a_bar_the_timeout_was_glued_to_is_quoted_without_a_rank() -> None:
 def test_the_same_call_at_other_sequence_numbers_is_said_so() -> None:
     summary = verdict("COLL001-fingerprint-same-call-other-seq").summary
     assert "same call, BARRIER, at different points" in summary and "rank 1 at #1" in summary
+
+
+def test_a_teardown_alone_names_the_pid_it_skipped() -> None:
+    assert "pid 854278, missing from the run of pids it stopped" in verdict(
+        "CRASH001-teardown-only").summary

@@ -273,7 +273,27 @@ class RankCrashed(Rule):
             return
         exits = list(self._launcher_exits(job)) or list(self._proxy_peer_gone(job)) \
             or list(self._store_root_gone(job)) or list(self._cut_traceback(job))
-        yield from exits or self._peer_went_away(job)
+        yield from exits or list(self._peer_went_away(job)) or self._teardown_only(job)
+
+    def _teardown_only(self, job: Job) -> Iterator[Finding]:
+        """torchelastic's agent sent SIGTERM to its workers ("Sending process N closing signal
+        SIGTERM") and nothing else in the inputs failed or stopped the job: the agent tears its
+        workers down after one of them failed, and that one is the worker it did not signal.
+        Started one after another, a node's workers usually hold consecutive pids: one missing
+        from a run of them is named as the likely one."""
+        rows = [r for r in job.rows("closing_signal") if r["data"].get("signal") == "SIGTERM"]
+        if not rows or job.rows(*kinds_tagged("failure"), "agent_signal", "external_signal"):
+            return
+        pids = sorted({r["data"]["pid"] for r in rows if r["data"].get("pid") is not None})
+        gaps = [p for p in range(pids[0], pids[-1] + 1) if p not in pids] if pids else []
+        hint = (f"; pid {gaps[0]}, missing from the run of pids it stopped "
+                f"({pids[0]}-{pids[-1]}), is most likely that worker" if len(gaps) == 1 else "")
+        yield self.from_rows(
+            rows, "A worker failed first: torchelastic's agent sent SIGTERM to the other workers "
+            f"(pids {', '.join(map(str, pids[:8]))}), which it does after one of them fails, and "
+            f"that worker's own error is not in the inputs{hint}.", shown=2, ranks=[],
+            confidence=0.3, details={"signalled": pids, "missing_pid": gaps[0] if len(gaps) == 1
+                                     else None})
 
     def _peer_went_away(self, job: Job) -> Iterator[Finding]:
         """Ranks lost their peer's connection ("Connection closed by peer", "Connection reset
