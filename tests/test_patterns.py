@@ -343,6 +343,8 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("remote_command_failed", "pdsh@worker-0: worker-1: ssh exited with exit code 1",
      {"node": "worker-1", "exitcode": 1}),
     ("port_in_use", "RuntimeError: Address already in us", {}),
+    ("lightning_deadlock", "pytorch_lightning.utilities.exceptions.DeadlockDetectedException: "
+     "DeadLock detected from rank: 0 ", {"rank": 0}),
     ("task_start_failed", "slurmstepd: error: pyxis: container start failed with error code: 1",
      {"code": 1}),
     ("watchdog_timeout", "[Rank 1] Watchdog caught collective operatMERS_CACHE` is deprecated and "

@@ -128,6 +128,7 @@ OWN_PATTERNS: tuple[P.Pattern, ...] = tuple(
 WRITER_RANK_FIELDS = {
     "run_start": "Lightning GLOBAL_RANK line",  # "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/4"
     "mpi_process_exit": "mpirun's report of the process",  # "... process rank 2 with PID ..."
+    "lightning_deadlock": "Lightning's DeadlockDetectedException",  # "... from rank: 0"
 }
 PATTERNS: tuple[P.Pattern, ...] = (*P.PATTERNS, *OWN_PATTERNS)
 #: Which patterns a needle may start: a candidate line is tried only against the patterns

@@ -1069,6 +1069,15 @@ PATTERNS: tuple[Pattern, ...] = (
         r"ERROR: Unexpected (?P<what>segmentation fault|floating-point exception) encountered "
         r"in worker",
     ),
+    # PyTorch Lightning (strategies/ddp.py reconciliate_processes, 1.4-1.9) re-raising a rank's
+    # exception as "DeadlockDetectedException: DeadLock detected from rank: 0 \n <its trace>":
+    # the rank named is the one that failed.
+    _p(
+        "lightning_deadlock",
+        "DeadLock detected from rank: ",
+        r"DeadlockDetectedException: DeadLock detected from rank: (?P<rank>\d+)",
+        rank=int,
+    ),
     # SLURM's step daemon failing a task before it ran: pyxis/enroot's container ("slurmstepd:
     # error: pyxis: container start failed with error code: 1", "... pyxis: couldn't start
     # container"), a SPANK plugin ("spank: required plugin spank_pyxis.so: task_init() failed
@@ -1604,6 +1613,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "mpi_process_exit": {"failure", "crash"},
     "remote_command_failed": {"failure"},
     "task_start_failed": {"failure"},
+    "lightning_deadlock": {"info"},
     "fr_report": {"failure"},
     "dataloader_worker_signal": {"failure"},
     "network_error": {"failure"},
