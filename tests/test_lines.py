@@ -195,3 +195,11 @@ def test_capitalised_torch_rank_prefix_is_the_global_rank() -> None:
     info = parse_line("(WorkerDict pid=66442) [Rank7]:[T506 14:16:14.487575902 ProcessGroupNCCL."
                       "cpp:629] [Rank 3] Watchdog caught collective operation timeout", 2025)
     assert (info.rank, info.local_rank, info.cue) == (7, None, "torch [rankN]: prefix")
+
+
+def test_a_quote_of_a_quote_is_stripped() -> None:
+    """GitHub's quote-reply of a quoted log: every line starts "> > "."""
+    lines = ["> > gpu11:18226:18274 [5] NCCL INFO NET/Plugin: Could not find: libnccl-net.so.",
+             "> > gpu04:589474:589541 [0] NCCL INFO Plugin Path : /opt/hpcx/libnccl-net.so"]
+    info = parse_line(lines[0], 2025, detect_prefixes(lines))
+    assert (info.host, info.pid) == ("gpu11", 18226)

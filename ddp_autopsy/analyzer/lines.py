@@ -82,7 +82,7 @@ BRACKET = re.compile(r"^\[(?P<n>[0-9]+)\]: ?(?P<rest>\S)")
 # A log quoted in a bug report (Markdown: "> Traceback (most recent call last):") or by a
 # report tool that indents and bars it ("        | [rank0]: Traceback ..."; a Markdown table
 # row starts at the margin).
-QUOTE = re.compile(r"^(?:> ?|[ \t]+\| ?)")
+QUOTE = re.compile(r"^(?:(?:> ?)+|[ \t]+\| ?)")  # (a quote of a quote: "> > ")
 # docker compose: "svc-1  | msg" (the service name padded to the longest one).
 COMPOSE = re.compile(r"^(?P<svc>[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]*) +\| ")
 # pytest's failure report: "E" and the failing statement's indent less one ("E       msg"), the
@@ -423,7 +423,7 @@ def _pytest_width(lines: pl.Series) -> int:
 # regex names the leading writer prefixes of each line in polars, and only the last line of each
 # name reaches parse_line. Stamps between the prefixes are skipped (they differ on every line);
 # prefixes inside the message ("[Rank N]") are not read there.
-_QUOTE_TOKEN = r"(?:> ?|[ \t]+\| ?)"
+_QUOTE_TOKEN = r"(?:(?:> ?)+|[ \t]+\| ?)"
 _PYTEST_TOKEN = r"E +"
 #: File prefixes that name no writer.
 _NAMELESS = {_QUOTE_TOKEN, _PYTEST_TOKEN}

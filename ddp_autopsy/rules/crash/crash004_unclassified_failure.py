@@ -72,6 +72,19 @@ class UnclassifiedFailure(Rule):
             & ~pl.col("level").fill_null("").is_in(["W", "I", "WARNING", "INFO"]))
         if failing.height == 0:
             return
+        # NCCL's return-code trail while it probes its network plugins ("NCCL INFO net.cc:79 ->
+        # 3" with NCCL_IBEXT_DISABLE=1) is no failure when the same process then says which
+        # network it uses ("NCCL INFO Using network Socket"): NCCL went on
+        chosen = job.of_kind("nccl_net_choice").select("source", "pid", pl.col("line")
+                                                       .alias("_chosen"))
+        if chosen.height and failing.height:
+            failing = (failing.join(chosen.group_by("source", "pid").agg(pl.col("_chosen").max()),
+                                    on=["source", "pid"], how="left", nulls_equal=True)
+                       .filter(~((pl.col("kind") == "nccl_error_trace")
+                                 & (pl.col("line") < pl.col("_chosen")).fill_null(False)))
+                       .drop("_chosen"))
+            if failing.height == 0:
+                return
         kept = job.crashes.survived
         if kept:  # exceptions that did not end their process are no failure to explain
             failing = failing.join(pl.DataFrame(list(kept), schema=["source", "line"],
