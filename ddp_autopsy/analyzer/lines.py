@@ -515,6 +515,16 @@ def block_writers(sample: pl.Series, known: FilePrefix) -> WriterKey | None:
 RAY_DEDUP = re.compile(r"\s+\[repeated \d+x across cluster\]\s*$")
 
 
+def nccl_device(text: str) -> int | None:
+    """The CUDA device an NCCL_DEBUG line's "host:pid:tid [dev]" prefix names, if any.
+
+    >>> nccl_device("gpu3:811:902 [1] NCCL INFO init.cc:840 -> 5"), nccl_device("boom")
+    (1, None)
+    """
+    m = NCCL.match(strip_ansi(text))
+    return int(m.group("dev")) if m and m.group("dev") is not None else None
+
+
 def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) -> LineInfo:
     """Strip the known prefixes of ``text``; ``ref`` (or a year) fills in stamps with no year."""
     if isinstance(ref, int):

@@ -54,6 +54,7 @@ import polars as pl
 
 from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.lines import nccl_device
 from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.rules.base import (
     Finding,
@@ -217,7 +218,7 @@ class RankCrashed(Rule):
             hosts = sorted({r["host"] for r in fatal if r["host"]})
             # NCCL's "host:pid:tid [dev]" names the process's GPU: on one node with one process
             # per GPU (and nothing else naming ranks), GPU N is local rank N, the rank
-            devs = {int(m.group(1)) for r in fatal if (m := NCCL_DEV.match(r["text"]))}
+            devs = {d for r in fatal if (d := nccl_device(r["text"])) is not None}
             by_gpu = not ranks and len(devs) == 1 and len(pids) == 1 and len(hosts) <= 1 \
                 and not job.ranks.height and declared_nodes(job.events) <= 1
             if by_gpu:
@@ -457,8 +458,6 @@ def garbled_object(row: dict[str, Any]) -> bool:
 
 #: The watchdog thread ended by a CUDA error of its own (not a timeout's report).
 WATCHDOG_CUDA = re.compile(r"watchdog thread terminated with exception: CUDA error: ")
-#: NCCL_DEBUG's line prefix "host:pid:tid [cudaDev]".
-NCCL_DEV = re.compile(r"^\S+:\d+:\d+ \[(\d+)\] ")
 
 
 def _after_failure(job: Job, row: dict[str, Any]) -> bool:

@@ -7,7 +7,9 @@ Without that line (older NCCL, or NCCL_DEBUG unset), NCCL's "invalid usage" at s
 one-node job whose processes see fewer GPUs than it has ranks (Lightning's "LOCAL_RANK: 0 -
 CUDA_VISIBLE_DEVICES: [0]" with "MEMBER: 2/2") is reported at a lower confidence; a bare "NCCL
 error: invalid usage" before any collective ran, with nothing else said, lower still: two ranks on
-one GPU is by far that error's most common cause at start-up. CUDA's own "CUDA-capable device(s)
+one GPU is by far that error's most common cause at start-up; so is NCCL's return trail of it
+alone ("NCCL INFO init.cc:840 -> 5") from two processes of one host whose NCCL_DEBUG prefix names
+the same device ("[0]"). CUDA's own "CUDA-capable device(s)
 is/are busy or unavailable" (error 46) says the same on a GPU in exclusive-process mode.
 
 ## Why it hangs or kills the job
@@ -38,9 +40,12 @@ from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.lines import nccl_device
 from ddp_autopsy.rules.base import Finding, Rule, subject
 
 INVALID_USAGE = re.compile(r"NCCL error[^\n]*?invalid usage|ncclInvalidUsage")
+
+
 
 
 class DuplicateGpu(Rule):
@@ -117,7 +122,17 @@ class DuplicateGpu(Rule):
         invalid = [r for r in job.rows("nccl_error", "exception")
                    if INVALID_USAGE.search(r["text"])]
         if not invalid:
-            return
+            # or only NCCL's return trail of it ("NCCL INFO init.cc:840 -> 5", 5 being
+            # ncclInvalidUsage) from two processes of one host on the same device ([0])
+            trail = [r for r in job.rows("nccl_error_trace") if r["data"].get("code") == 5]
+            same_dev: dict[tuple, set] = {}
+            for r in trail:
+                dev = nccl_device(r["text"])
+                if dev is not None and r["host"] and r["pid"] is not None:
+                    same_dev.setdefault((r["host"], dev), set()).add(r["pid"])
+            invalid = [r for r in trail if any(len(p) > 1 for p in same_dev.values())]
+            if not invalid:
+                return
         yield self.from_rows(
             invalid, "NCCL refused the communicator with 'invalid usage' and gave no reason "
             "(NCCL_DEBUG=WARN prints it): most often two ranks were given the same GPU.",
