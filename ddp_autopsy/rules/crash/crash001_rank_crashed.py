@@ -86,7 +86,10 @@ CONSEQUENCE = re.compile(
     # vLLM's front end when its engine process failed to start (v1/engine/utils.py)
     r"|See root cause above"
     # Horovod's every other rank after one failed (common/operations.cc SHUT_DOWN_ERROR)
-    r"|Horovod has been shut down",
+    r"|Horovod has been shut down"
+    # a parent's report of a child command that failed (torch.distributed.launch's and
+    # DeepSpeed's launchers about a worker, DeepSpeed's ssh check about a host): not a rank's own
+    r"|CalledProcessError",
     re.I,
 )
 

@@ -97,7 +97,9 @@ class UnclassifiedFailure(Rule):
             ~pl.col("kind").is_in(WAITING)
             & (~pl.col("text").str.contains(f"(?i){CONSEQUENCE.pattern}")
                | ((pl.col("kind") == "nccl_error")
-                  & ~pl.col("text").str.contains(r"(?i)ncclRemoteError|remote process exited"))))
+                  & ~pl.col("text").str.contains(r"(?i)ncclRemoteError|remote process exited"))
+               # (nor is a launcher's failed command, when nothing else failed: what it ran)
+               | pl.col("text").str.contains("CalledProcessError")))
         rows = earliest_first(job.decoded_rows(own if own.height else failing))
         # within one file, its lines' order is time's, stamped or not: an unstamped line above
         # the earliest stamped one came first
