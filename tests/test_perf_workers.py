@@ -15,7 +15,11 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from ddp_autopsy.analyzer import events, job, workers
-from tests.test_perf_quick import _inputs
+
+try:
+    from tests.test_perf_quick import _inputs
+except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
+    from test_perf_quick import _inputs  # type: ignore[no-redef]
 
 pytestmark = pytest.mark.skipif(
     events._hyperscan() is None or not workers.available() or workers.cores() < 2,
