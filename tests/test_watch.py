@@ -375,7 +375,7 @@ def test_watch_pid_spawn_barrier_on_rank0_only(tmp_path: Path) -> None:
         assert code == 1, _tail(tmp_path / "watch.err")
         verdict = check_hang(out, evs, console)
         assert verdict["cause"] == "collective_mismatch", verdict
-        assert "barrier" in verdict["summary"] and "rank 0" in verdict["summary"]
+        assert "barrier" in verdict["summary"] and "rank 0" in verdict["summary"].lower()
         assert hook_file.read_text().strip() == one(evs, "collected")["bundle"]
         assert job.wait(timeout=30) is not None  # ended by --kill-after
 
