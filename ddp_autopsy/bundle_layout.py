@@ -28,6 +28,15 @@ MANIFEST = "manifest.json"
 #: a bool or None.
 CALL_ARGS = frozenset({"src", "dst", "group_src", "group_dst", "tag", "async_op"})
 CALL_ARG_VALUE = re.compile(r"^(?:-?\d{1,10}|True|False|None)$")
+
+
+def call_arg_locals(frame: dict[str, Any]) -> list[dict[str, Any]]:
+    """The locals of a ``py-spy dump --locals --json`` frame that a bundle keeps: the
+    :data:`CALL_ARGS` of torch.distributed's own frames, when a number, a bool or None."""
+    if "torch/distributed/" not in str(frame.get("filename", "")).replace("\\", "/"):
+        return []
+    return [v for v in frame.get("locals") or [] if isinstance(v, dict)
+            and v.get("name") in CALL_ARGS and CALL_ARG_VALUE.match(str(v.get("repr", "")))]
 NETWORK_PROBES = "network/probe.json"
 HOST_FACTS = "host/host.json"
 HOST_COMMANDS = {"nvidia-smi": "host/nvidia-smi.txt", "dmesg": "host/dmesg.txt"}

@@ -46,6 +46,8 @@ WRITER_CUES = (
     "the line opens with its rank",
 )
 SELF_RANK_CUE = WRITER_CUES[-1]
+#: An srun --label task id in an event's stream ("t=22", lines.parse_line's).
+STREAM_TASK = r"(?:^|\|)t=(\d+)"
 TASK_CUE = "srun --label task id (confirmed by ranked lines)"
 SLOT_CUE = "launcher prefix [N]: (confirmed by ranked lines)"
 NCCL_CUE = "NCCL comm init (world communicator)"
@@ -69,7 +71,7 @@ def resolve(events: pl.DataFrame, processes: pl.DataFrame | None = None) -> pl.D
     if events.height == 0:
         return events
     df = events.with_columns(
-        pl.col("stream").str.extract(r"(?:^|\|)t=(\d+)").cast(pl.Int64).alias("_task"),
+        pl.col("stream").str.extract(STREAM_TASK).cast(pl.Int64).alias("_task"),
         pl.col("stream").str.extract(r"(?:^|\|)s=(\d+)").cast(pl.Int64).alias("_slot"),
         pl.col("stream").str.contains(r"(?:^|\|)l=\d").fill_null(False).alias("_launcher"),
         pl.col("host").str.extract(r"^([^.]+)").alias("_host"),

@@ -27,7 +27,7 @@ from typing import Any
 
 import polars as pl
 
-from ddp_autopsy.bundle_layout import CALL_ARG_VALUE, CALL_ARGS
+from ddp_autopsy.bundle_layout import call_arg_locals
 
 STACK_SCHEMA: dict[str, Any] = {
     "source": pl.String,
@@ -133,11 +133,7 @@ def parse_pyspy_json(data: bytes | str, owner: StackOwner) -> list[dict[str, Any
 def call_args(frame: dict[str, Any]) -> str | None:
     """``"src=1 group_src=1"``: the :data:`~ddp_autopsy.bundle_layout.CALL_ARGS` among a
     torch.distributed frame's locals (py-spy ``--locals``), in the order py-spy lists them."""
-    if "torch/distributed/" not in str(frame.get("filename", "")).replace("\\", "/"):
-        return None
-    pairs = [f"{v['name']}={v['repr']}" for v in frame.get("locals") or []
-             if isinstance(v, dict) and v.get("name") in CALL_ARGS
-             and CALL_ARG_VALUE.match(str(v.get("repr", "")))]
+    pairs = [f"{v['name']}={v['repr']}" for v in call_arg_locals(frame)]
     return " ".join(pairs) or None
 
 

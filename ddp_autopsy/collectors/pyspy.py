@@ -112,12 +112,9 @@ def keep_call_args(stdout: bytes) -> bytes:
         for frame in (thread.get("frames") or []) if isinstance(thread, dict) else []:
             if not isinstance(frame, dict) or "locals" not in frame:
                 continue
-            local_vars = frame.pop("locals") or []
-            if "torch/distributed/" not in str(frame.get("filename", "")).replace("\\", "/"):
-                continue
             kept = [{"name": v["name"], "repr": v["repr"], "arg": bool(v.get("arg"))}
-                    for v in local_vars if isinstance(v, dict) and v.get("name") in layout.CALL_ARGS
-                    and layout.CALL_ARG_VALUE.match(str(v.get("repr", "")))]
+                    for v in layout.call_arg_locals(frame)]
+            del frame["locals"]
             if kept:
                 frame["locals"] = kept
     return json.dumps(threads).encode()

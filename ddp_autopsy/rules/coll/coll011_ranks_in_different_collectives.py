@@ -66,7 +66,8 @@ Thread 4244 (idle): "MainThread"
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from ddp_autopsy.analyzer import snapshots, stacktree
 from ddp_autopsy.analyzer.job import Job
@@ -88,18 +89,18 @@ P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_ob
 
 
 BARRIERS = frozenset({"barrier", "monitored_barrier"})
+K = TypeVar("K")
 #: Said when an even split is broken by its barrier side.
 BARRIER_GUESS = (" As many ranks are on each side; the barrier's are named: a barrier that only"
                  " some ranks reach (under an `if`, in a helper some ranks skip) is the usual"
                  " way ranks split like this.")
 
 
-def lone_barrier(ops: list[str]) -> str | None:
-    """Of two calls that split the ranks evenly, the one that is a barrier (when only one is)."""
-    if len(ops) != 2:
-        return None
-    barriers = [op for op in ops if op.split(" ", 1)[0] in BARRIERS]
-    return barriers[0] if len(barriers) == 1 else None
+def lone_barrier(ordered: list[K], op: Callable[[K], str] = str) -> K | None:
+    """Of two calls that split the ranks evenly (``ordered``, their keys; ``op``, a key's
+    call), the one that is a barrier, when only one is."""
+    barriers = [k for k in ordered if op(k).split(" ", 1)[0] in BARRIERS]
+    return barriers[0] if len(ordered) == 2 and len(barriers) == 1 else None
 
 
 #: The point-to-point calls whose peer a stack's locals name, and which of them it is.
@@ -230,8 +231,7 @@ class RanksInDifferentCollectives(Rule):
         top, odd = ordered[0], ordered[1:]
         tie = sizes[top] == sizes[ordered[1]]
         p2p = any(k[0].split(" ", 1)[0] in P2P for k in calls)
-        lone_op = lone_barrier([k[0] for k in ordered]) if tie and not p2p else None
-        lone = next((k for k in ordered if k[0] == lone_op), None)
+        lone = lone_barrier(ordered, lambda k: k[0]) if tie and not p2p else None
         if lone is not None:  # the barrier side of an even split: named, as the likelier
             top, odd, tie = next(k for k in ordered if k != lone), [lone], False
             ordered = [top, lone]

@@ -35,24 +35,27 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.ranksets import parse_ranks
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, rank_phrase
 
+HEADS = ("missing_seq", "error_seq", "io_seq")
 
-def fr_report_blocks(job: Job) -> list[tuple[dict, list[dict]]]:
-    """The analyzer report's blocks in file order: each header row with the rows after it up
-    to the next header."""
-    blocks: list[tuple[dict, list[dict]]] = []
+
+def fr_report_block(job: Job, *heads: str) -> tuple[int, dict, list[dict]] | None:
+    """The earliest block of the analyzer's report whose header carries one of ``heads``: its
+    sequence number, header row and the rows after it up to the next header (what came after
+    that collective follows from it)."""
+    block: tuple[int, dict, list[dict]] | None = None
     for r in sorted(job.rows("fr_report"), key=lambda r: (r["source"], r["line"])):
         d = r["data"]
-        if any(d.get(k) is not None for k in ("missing_seq", "error_seq", "io_seq")):
-            blocks.append((r, []))
-        elif blocks and blocks[-1][0]["source"] == r["source"]:
-            blocks[-1][1].append(r)
-    return blocks
-
-
-def parse_ranks(text: str) -> list[int]:
-    return sorted(int(x) for x in text.replace(" ", "").split(",") if x.isdigit())
+        if any(d.get(k) is not None for k in HEADS):
+            if block is not None:
+                return block
+            seq = next((d[k] for k in heads if d.get(k) is not None), None)
+            block = (seq, r, []) if seq is not None else None
+        elif block is not None and block[1]["source"] == r["source"]:
+            block[2].append(r)
+    return block
 
 
 class FrReportMissingRanks(Rule):
@@ -61,15 +64,14 @@ class FrReportMissingRanks(Rule):
     cause = "rank_stuck_outside_collective"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        for head, rows in fr_report_blocks(job):
-            seq = head["data"].get("missing_seq")
-            missing = next((r for r in rows if r["data"].get("missing")), None)
-            if seq is None or missing is None:
-                continue
-            ranks = parse_ranks(missing["data"]["missing"])
-            yield self.finding(
-                f"{rank_phrase(ranks).capitalize()} never joined collective #{seq}, by the "
-                "Flight Recorder analyzer's report: the other ranks entered it and waited.",
-                evidence=[evidence_of(head), evidence_of(missing)], ranks=ranks,
-                confidence=0.8, details={"seq": seq, "missing": ranks})
-            return  # the earliest such collective: what came after follows from it
+        found = fr_report_block(job, "missing_seq")
+        missing = next((r for r in found[2] if r["data"].get("missing")), None) if found else None
+        if found is None or missing is None:
+            return
+        seq, head, _ = found
+        ranks = sorted(parse_ranks(missing["data"]["missing"]))
+        yield self.finding(
+            f"{rank_phrase(ranks).capitalize()} never joined collective #{seq}, by the Flight "
+            "Recorder analyzer's report: the other ranks entered it and waited.",
+            evidence=[evidence_of(head), evidence_of(missing)], ranks=ranks,
+            confidence=0.8, details={"seq": seq, "missing": ranks})

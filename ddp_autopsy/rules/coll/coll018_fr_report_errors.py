@@ -39,7 +39,7 @@ from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, rank_phrase
-from ddp_autopsy.rules.coll.coll017_fr_report_missing_ranks import fr_report_blocks
+from ddp_autopsy.rules.coll.coll017_fr_report_missing_ranks import fr_report_block
 
 CULPRIT = re.compile(r"Culprit rank (\d+); Error type: (\w+)")
 
@@ -50,21 +50,19 @@ class FrReportErrors(Rule):
     cause = "collective_mismatch"
 
     def check(self, job: Job) -> Iterator[Finding]:
-        for head, rows in fr_report_blocks(job):
-            d = head["data"]
-            seq = d.get("error_seq", d.get("io_seq"))
-            if seq is None:
-                continue
-            msg = next((r for r in rows if r["data"].get("errors")), None)
-            pairs = CULPRIT.findall(msg["data"]["errors"]) if msg else []
-            ranks = sorted({int(r) for r, _ in pairs})
-            kinds = sorted({k for _, k in pairs})
-            what = (f": {rank_phrase(ranks)} differ{'s' if len(ranks) == 1 else ''} from the "
-                    f"others ({', '.join(k.lower().replace('_', ' ') for k in kinds)})"
-                    if ranks else ": the sizes the ranks gave do not add up")
-            yield self.finding(
-                f"At collective #{seq} the ranks called it differently, by the Flight Recorder "
-                f"analyzer's report{what}.",
-                evidence=[evidence_of(head), *([evidence_of(msg)] if msg else [])], ranks=ranks,
-                confidence=0.75 if ranks else 0.6, details={"seq": seq, "errors": kinds})
+        found = fr_report_block(job, "error_seq", "io_seq")
+        if found is None:
             return
+        seq, head, rows = found
+        msg = next((r for r in rows if r["data"].get("errors")), None)
+        pairs = CULPRIT.findall(msg["data"]["errors"]) if msg else []
+        ranks = sorted({int(r) for r, _ in pairs})
+        kinds = sorted({k for _, k in pairs})
+        what = (f": {rank_phrase(ranks)} differ{'s' if len(ranks) == 1 else ''} from the "
+                f"others ({', '.join(k.lower().replace('_', ' ') for k in kinds)})"
+                if ranks else ": the sizes the ranks gave do not add up")
+        yield self.finding(
+            f"At collective #{seq} the ranks called it differently, by the Flight Recorder "
+            f"analyzer's report{what}.",
+            evidence=[evidence_of(head), *([evidence_of(msg)] if msg else [])], ranks=ranks,
+            confidence=0.75 if ranks else 0.6, details={"seq": seq, "errors": kinds})

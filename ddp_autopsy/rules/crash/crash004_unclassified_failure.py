@@ -34,6 +34,7 @@ from collections.abc import Iterator
 
 import polars as pl
 
+from ddp_autopsy.analyzer.attribution import STREAM_TASK
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.rules.base import Finding, Rule, earliest_first, excerpt, rank_phrase
@@ -51,9 +52,9 @@ WAITING = tuple(k for k in {*kinds_tagged("lost_peer"), *kinds_tagged("hang")}
                 if k != "nccl_error")
 
 
-#: An srun --label task id in a line's stream ("t=22"): a rank or a node's launcher, which the
-#: inputs did not settle.
-TASK = re.compile(r"(?:^|\|)t=(\d+)")
+#: An srun --label task id in a line's stream: a rank or a node's launcher, which the inputs did
+#: not settle.
+TASK = re.compile(STREAM_TASK)
 
 
 class UnclassifiedFailure(Rule):

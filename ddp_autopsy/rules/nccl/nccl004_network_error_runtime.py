@@ -66,6 +66,7 @@ from ddp_autopsy.analyzer.attribution import one_host
 from ddp_autopsy.analyzer.firewall import blocking_rules
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
+from ddp_autopsy.analyzer.ranksets import parse_ranks
 from ddp_autopsy.bundle_layout import FIREWALL, NETWORK_PROBES
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
 from ddp_autopsy.rules.coll.coll012_silent_ranks import collective_frames
@@ -298,7 +299,7 @@ def same_call_stall(job: Job) -> tuple[list[dict[str, Any]], set[int], str] | No
     seqs = {r["data"].get("seq") for r in hang if r["kind"] == "watchdog_timeout"}
     for r in job.rows("desync_not_finished"):
         if r["data"].get("seq") in seqs:
-            ranks |= {int(x) for x in str(r["data"].get("ranks", "")).split(",") if x.strip()}
+            ranks |= parse_ranks(r["data"].get("ranks"))
     if job.rows("desync_not_joined"):
         return None  # the report names ranks that never joined: no stall of them all
     seen = job.events["rank"].drop_nulls() if job.events.height else []

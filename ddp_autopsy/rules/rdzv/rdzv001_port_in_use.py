@@ -64,11 +64,11 @@ class PortInUse(Rule):
         where = f"port {', '.join(map(str, ports))}" if ports else "the rendezvous port"
         summary = f"The rendezvous store could not bind {where}: address already in use"
         remedy = self.remedy()
-        zmq = [r for r in rows if ZMQ.search(r["text"])]
-        if zmq and len(zmq) == len(rows):
+        zmq = all(ZMQ.search(r["text"]) for r in rows)
+        if zmq:
             # ZeroMQ's own socket (vLLM's and SGLang's engine, worker and API-server queues), not
             # torch's store: its port comes from the serving framework, not MASTER_PORT
-            addr = ZMQ_ADDR.search(zmq[0]["text"])
+            addr = ZMQ_ADDR.search(rows[0]["text"])
             summary = ("A ZeroMQ socket could not bind " + (addr.group(1) if addr else where)
                        + ": address already in use (the serving framework's own queues, vLLM's "
                        "or SGLang's, not torch's rendezvous store)")
