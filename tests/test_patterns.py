@@ -266,6 +266,9 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("nccl_connect_failure", "gpu1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
      "exceeded retries (35)", {"n": "35"}),
     ("no_socket_interface", "gpu1:1:1 [0] NCCL WARN Bootstrap : no socket interface found", {}),
+    ("nccl_subnet_mismatch", "e82c50601d13:213:213 [0] include/socket.h:197 NCCL WARN Net : No "
+     "interface found in the same subnet as remote address 192.168.0.91<27030>",
+     {"addr": "192.168.0.91"}),
     ("duplicate_gpu", "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 2000",
      {"r1": 0, "r2": 1}),
     ("shm_error", "gpu1:1:1 [0] include/shm.h:48 NCCL WARN Error: failed to extend "

@@ -1249,6 +1249,15 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|Socket creation failed : Address family not supported by protocol"
         r"|Unable to find address for: (?P<ifname>\S+))",
     ),
+    # NCCL_COMM_ID given, and no interface of this host in that address's subnet
+    # (misc/socket.cc ncclFindInterfaceMatchSubnet, 2.4-2.26 WARN; "No usable listening
+    # interface found" follows): the root is on a network this host is not on (a container's
+    # bridge network, a wrong NCCL_COMM_ID)
+    _p(
+        "nccl_subnet_mismatch",
+        "No interface found in the same subnet",
+        r"No interface found in the same subnet as remote address (?P<addr>[^\s<]+)",
+    ),
     _p(
         "socket_ifname",
         ("SOCKET_IFNAME set",),
@@ -1596,6 +1605,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "inputs_exhausted": {"failure"},
     "backend_device_mismatch": {"failure"},
     "no_socket_interface": {"failure"},
+    "nccl_subnet_mismatch": {"failure"},
     "socket_ifname": {"info"},
     "launch_nodes": {"info"},
     "visible_devices": {"info"},

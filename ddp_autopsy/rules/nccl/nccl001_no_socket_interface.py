@@ -4,7 +4,8 @@
 NCCL's "Bootstrap : no socket interface found" / "NET/Socket : no interface found", the garbage
 address NCCL produces when NCCL_SOCKET_IFNAME names a missing interface ("... with family
 59936 is neither AF_INET(2) nor AF_INET6(10)"), and Gloo's "Unable to find address for: eth2"
-when GLOO_SOCKET_IFNAME matches nothing.
+when GLOO_SOCKET_IFNAME matches nothing. Not NCCL's "No usable listening interface found" after
+it found no interface in NCCL_COMM_ID's subnet (NCCL006: the host is on another network).
 
 ## Why it hangs or kills the job
 The communicator cannot open its sockets, so process-group creation fails on that rank (and the
@@ -43,6 +44,9 @@ class NoSocketInterface(Rule):
 
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("no_socket_interface")
+        if job.rows("nccl_subnet_mismatch"):
+            # (no listening interface because none is in NCCL_COMM_ID's subnet: NCCL006's)
+            rows = [r for r in rows if "No usable listening interface" not in r["text"]]
         if not rows:
             return
         settings = job.rows("socket_ifname")

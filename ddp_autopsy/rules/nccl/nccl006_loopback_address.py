@@ -12,7 +12,9 @@ to resolve hostname to a (local) address. Using the loopback address as fallback
 its full-mesh connect failing (on one host, loopback would have connected). Likewise NCCL bound to
 127.x, a bridge or a link-local address whose connections then failed with no rank crashing, even
 when the inputs name one host, and NCCL failing to connect to a link-local (169.254/16, fe80::/10:
-a BMC, host-only or SR-IOV VF interface) or bridge address another rank advertised.
+a BMC, host-only or SR-IOV VF interface) or bridge address another rank advertised. And NCCL
+finding no interface in the subnet of NCCL_COMM_ID's address ("Net : No interface found in the
+same subnet as remote address ..."): this host is not on the root's network.
 
 ## Why it hangs or kills the job
 Other hosts cannot reach a loopback or bridge address: they connect to themselves, to nothing,
@@ -72,6 +74,24 @@ class LoopbackAddress(Rule):
     severity = "critical"
 
     def check(self, job: Job) -> Iterator[Finding]:
+        found = list(self._unreachable(job))
+        yield from found or self._no_subnet_match(job)
+
+    def _no_subnet_match(self, job: Job) -> Iterator[Finding]:
+        """NCCL_COMM_ID names an address in no subnet of the rank's host: NCCL has no interface
+        to reach the root from (the root in a container's bridge network, or the rank in one)."""
+        rows = job.rows("nccl_subnet_mismatch")
+        if not rows:
+            return
+        addrs = sorted({str(r["data"]["addr"]) for r in rows})
+        where = ", ".join(sorted({r["host"] for r in rows if r["host"]})) or "a rank's host"
+        yield self.from_rows(
+            rows, f"NCCL_COMM_ID's address {', '.join(addrs[:3])} is in no subnet of {where}: "
+            "NCCL has no interface there to reach the root over (the root or this rank is in a "
+            "container's own bridge network, or NCCL_COMM_ID names the wrong address).",
+            confidence=0.7, details={"addresses": addrs})
+
+    def _unreachable(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("nccl_interface")
         hosts = {r["host"] for r in rows if r["host"]} | {
             b.manifest.get("host") for b in job.bundles if b.manifest.get("host")}
