@@ -58,4 +58,44 @@ def render(analysis: Analysis, *, redact: bool = False) -> str:
         from ddp_autopsy.redact import redact_obj
 
         doc = redact_obj(doc)
-    return json.dumps(doc, indent=2, default=str)
+    return layout(doc)
+
+
+#: Lines are kept to about this width where an object or array fits on one.
+WIDTH = 100
+#: An array longer than this is never on one line with others: one element a line (ranks,
+#: inputs), each on one line; one of numbers or strings alone is one line.
+LONG = 16
+#: From this depth on, an object or array is one line whatever its width (deep stack trees).
+DEEP = 6
+_compact = json.JSONEncoder(default=str, separators=(", ", ": ")).encode
+
+
+def layout(obj: Any, indent: int = 0) -> str:
+    """``obj`` as JSON for people and machines alike: an object or array that fits in
+    :data:`WIDTH` on one line, as in docs/json.md, the rest one member a line, indented by two;
+    a long array (ranks, inputs) one element a line. Each piece is written by the json module's
+    C encoder (``indent=`` takes its pure-Python one: ~2x the time on a 1 MB report)."""
+    if not isinstance(obj, (dict, list)) or not obj:
+        return _compact(obj)
+    pad, end = " " * (indent + 2), "\n" + " " * indent
+    if isinstance(obj, list) and len(obj) > LONG:
+        if not any(isinstance(x, (dict, list)) for x in obj):
+            return _compact(obj)
+        return "[\n" + ",\n".join(pad + _compact(x) for x in obj) + end + "]"
+    if indent >= 2 * DEEP:
+        return _compact(obj)
+    values = obj.values() if isinstance(obj, dict) else obj
+    if indent and not any(isinstance(v, (dict, list)) and len(v) > LONG for v in values):
+        line = _compact(obj)  # (not tried where a long array inside would fail it anyway)
+        if len(line) + indent <= WIDTH:
+            return line
+    if isinstance(obj, list):
+        return "[\n" + ",\n".join(pad + layout(x, indent + 2) for x in obj) + end + "]"
+    return "{\n" + ",\n".join(f"{pad}{_key(k)}: {layout(v, indent + 2)}"
+                               for k, v in obj.items()) + end + "}"
+
+
+def _key(key: Any) -> str:
+    """A member's name as json.dumps writes it (``True`` as ``"true"``, ``1`` as ``"1"``)."""
+    return _compact(key) if isinstance(key, str) else _compact({key: 0})[1:-4]
