@@ -4,7 +4,9 @@
 The process that hosts the TCPStore (torchrun's agent, or rank 0) could not bind MASTER_PORT:
 PyTorch's "failed to bind to ...:PORT (errno: 98 - Address already in use)" (on Windows "(system
 error: 10048 - ...)", Winsock's code with its text in the system's language), the libuv store's
-EADDRINUSE, a plain `RuntimeError: Address already in use`, or NCCL's "Call to bind failed". A
+EADDRINUSE, a plain `RuntimeError: Address already in use`, or NCCL's "Call to bind failed"; at a
+lower confidence, the store's "failed to listen on any local network address" whose reason the
+inputs cut off (the line ends at its code: a paste's cut). A
 ZeroMQ socket's (`zmq.error.ZMQError: Address already in use (addr='tcp://...')`: a serving
 framework's own queues, vLLM's or SGLang's) is told apart, with its own remedy.
 
@@ -55,6 +57,7 @@ class PortInUse(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("port_in_use")
         if not rows:
+            yield from self._listen_failed_reason_cut(job)
             return
         ports = sorted({r["data"]["port"] for r in rows if r["data"].get("port") is not None})
         holders = [
@@ -99,3 +102,22 @@ class PortInUse(Rule):
             ts=first_ts(rows),
             details={"ports": ports},
         )
+
+    def _listen_failed_reason_cut(self, job: Job) -> Iterator[Finding]:
+        """The store's "failed to listen on any local network address" with its reason cut
+        from the inputs (a paste ending at "code: -9"): a used port, most often."""
+        rows = [r for r in job.rows("listen_failed") if "to listen on any local" in r["text"]
+                and (r["data"].get("errno") is None or CODE_AT_END.search(r["text"]))]
+        if not rows:
+            return
+        ports = sorted({int(m.group(1)) for r in rows if (m := LISTEN_PORT.search(r["text"]))})
+        where = f"port {', '.join(map(str, ports))}" if ports else "its port"
+        yield self.from_rows(
+            rows, f"The rendezvous store could not listen on {where}, and the reason is cut from "
+            "the inputs: most often the port is already in use (an earlier run, or another job "
+            "on this host).", confidence=0.5, details={"ports": ports, "reason_cut": True})
+
+
+#: The libuv store's listen error cut after its code, before the code's name ("code: -9").
+CODE_AT_END = re.compile(r"code: -?\d+\s*$")
+LISTEN_PORT = re.compile(r"port: (\d+)")
