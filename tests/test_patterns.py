@@ -86,6 +86,15 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("closing_signal", "W1026 03:51:31.222000 2521679 torch/distributed/elastic/multiprocessing/"
      "api.py:908] Sending process 2521733 closing signal SIGTERM", {}),
     ("oom", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", {}),
+    ("oom", "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCCachingHostAllocator.cpp line=278 "
+     "error=2 : out of memory", {"cuda": "out of memory"}),
+    ("cuda_failure", "THCudaCheck FAIL file=/opt/conda/conda-bld/pytorch_1595629403081/work/torch/"
+     "csrc/cuda/Module.cpp line=59 error=101 : invalid device ordinal",
+     {"code": 101, "err": "invalid device ordinal"}),
+    ("port_in_use", "RuntimeError: Only one usage of each socket address (protocol/network "
+     "address/port) is normally permitted.", {}),
+    ("port_in_use", "OSError: [WinError 10048] Only one usage of each socket address "
+     "(protocol/network address/port) is normally permitted", {}),
     ("oom", "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 1.50 GiB. GPU 3 has a "
      "total capacity of 63.98 GiB", {}),
     ("oom", "RuntimeError: NPU out of memory. Tried to allocate 30.00 MiB (NPU 3; 60.96 GiB total "

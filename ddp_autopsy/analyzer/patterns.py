@@ -96,7 +96,8 @@ PATTERNS: tuple[Pattern, ...] = (
         "port_in_use",
         ("Address already in u", "EADDRINUSE", "address already in u",
          "another process is utilizing it", "system error: 10048",
-         "port have been bound already"),
+         "port have been bound already", "Only one usage of each socket address",
+         "WinError 10048"),
         # (on Windows the code is Winsock's, its text in the system's language: "(system error:
         # 10048 - 通常每个套接字地址...只允许使用一次。)", WSAEADDRINUSE)
         r"(?:bind to (?P<addr>\S+?):(?P<port>\d+) \((?:errno: 98|system error: 10048)"
@@ -108,7 +109,10 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|on port `(?P<port3>\d+)`, but another process is utilizing it"
         # Ascend's CANN (EJ0003): "Failed to bind the IP port. Reason: The IP address and port
         # have been bound already."
-        r"|The IP address and port have been bound already)",
+        r"|The IP address and port have been bound already"
+        # Winsock's own text of WSAEADDRINUSE where no code precedes it (torch <= 1.10's store
+        # raised strerror alone; Python's "OSError: [WinError 10048] ...")
+        r"|Only one usage of each socket address|\[WinError 10048\])",
         port=int,
         port2=int,
         port3=int,
@@ -836,7 +840,7 @@ PATTERNS: tuple[Pattern, ...] = (
          "exceeds the memory usage threshold", "Memory on the node (IP: ", "MemoryError",
          "Unable to allocate ", "is killed by signal: Killed", "PU out of memory",
          "HIP out of memory", "MPS backend out of memory", "OUT_OF_DEVICE_MEMORY",
-         "driver error:out of memory"),
+         "driver error:out of memory", "error=2 : out of memory"),
         r"(?:(?P<cuda>CUDA out of memory)(?:\. Tried to allocate (?P<tried>[\d.]+ [KMGT]i?B))?"
         # the other backends' caching allocators say the same of their device ("HIP out of
         # memory. Tried to allocate", "XPU out of memory", torch_npu's "NPU out of memory", "MPS
@@ -851,6 +855,9 @@ PATTERNS: tuple[Pattern, ...] = (
         # "DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes" (or "not
         # enough memory: ...")
         r"|(?P<cuda2>CUDA error: out of memory)"
+        # torch <= 1.10's THC check of the same error: "THCudaCheck FAIL file=... line=278
+        # error=2 : out of memory"
+        r"|THCudaCheck FAIL .*?error=2 : (?P<cuda5>out of memory)"
         r"|DefaultCPUAllocator: (?P<cpu>can't allocate memory|not enough memory)"
         # Python's own host-memory exception line ("MemoryError", "MemoryError: ..."), and
         # numpy's "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 7.45 GiB ..."
@@ -1439,8 +1446,11 @@ PATTERNS: tuple[Pattern, ...] = (
     # NCCL §3.7: "Cuda failure 700 'an illegal memory access was encountered'".
     _p(
         "cuda_failure",
-        ("Cuda failure ", "CUDA IPC handle", "CUDA error: ", "], thread: ["),
+        ("Cuda failure ", "CUDA IPC handle", "CUDA error: ", "], thread: [", "THCudaCheck FAIL"),
         r"(?:Cuda failure (?:(?P<code>\d+) )?'(?P<err>[^']*)'"
+        # torch <= 1.10's THC check (THCGeneral.cpp __THCudaCheck): "THCudaCheck FAIL
+        # file=.../Module.cpp line=59 error=101 : invalid device ordinal"
+        r"|THCudaCheck FAIL file=\S+ line=\d+ error=(?P<code3>\d+) : (?P<err5>.+)"
         # torch's C10_CUDA_CHECK: "CUDA error: an illegal memory access was encountered"
         r"|CUDA error: (?P<err3>[^.\n]+)"
         # P2P transport (2.3-2.7): "failed to open CUDA IPC handle : 217 peer access is not
@@ -1454,6 +1464,7 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?P<err4>Assertion .+ failed)\.)",
         code=int,
         code2=int,
+        code3=int,
     ),
     _p(
         "nccl_error",

@@ -177,11 +177,14 @@ class ConfigMismatch(Rule):
         if not rows:
             return
         d = rows[0]["data"]
+        # (the refused number is the rank that process was given: ncclCommInitRank's own)
+        asked = sorted({r["data"]["asked"] for r in rows if r["data"]["asked"] >= 0})
+        who = f"A process asked NCCL for rank {d['asked']}" if len(asked) <= 1 else \
+            f"Processes asked NCCL for ranks {', '.join(map(str, asked))}"
         yield self.from_rows(
-            rows, f"A process asked NCCL for rank {d['asked']} of a communicator of "
-            f"{d['nranks']} ranks: the rank and world size the job was given disagree (ranks "
-            f"run from 0 to {d['nranks'] - 1}).", shown=2, confidence=0.8,
-            details={"asked": d["asked"], "nranks": d["nranks"]})
+            rows, f"{who} of a communicator of {d['nranks']} ranks: the rank and world size the "
+            f"job was given disagree (ranks run from 0 to {d['nranks'] - 1}).", shown=2,
+            ranks=asked, confidence=0.8, details={"asked": d["asked"], "nranks": d["nranks"]})
 
     def _nccl_bootstrap(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("nccl_bootstrap_mismatch")
