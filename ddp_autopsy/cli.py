@@ -35,15 +35,19 @@ def main() -> None:
     """Find which rank hung or killed a PyTorch distributed job, what it was doing, and why."""
 
 
-def _config(path: Path | None = None):
+def _config(path: Path | None = None, *, later: bool = False):
     """The configuration (docs/config.md): ``--config PATH`` or the one found from the current
-    directory; a file that cannot be used is a usage error (exit 2), before any reading."""
+    directory; a file that cannot be used is a usage error (exit 2), before any reading.
+    ``later``: without a file (no error possible), the rules are None: the caller chooses them
+    with :func:`_rules` (their modules' import, ~80 ms, can wait until workers read)."""
     from ddp_autopsy.config import ConfigError, load
-    from ddp_autopsy.rules.engine import registry
 
     try:
         config = load(path)
-        rules = config.rules(registry())
+        if later and config.path is None:
+            _pattern_plugin_errors()
+            return config, None
+        rules = _rules(config)
     except ConfigError as err:
         from ddp_autopsy.reports.termsafe import termsafe
 
@@ -51,6 +55,12 @@ def _config(path: Path | None = None):
         sys.exit(EXIT_USAGE)
     _pattern_plugin_errors()
     return config, rules
+
+
+def _rules(config):
+    from ddp_autopsy.rules.engine import registry
+
+    return config.rules(registry())
 
 
 def _pattern_plugin_errors() -> None:
@@ -67,15 +77,22 @@ def _analyze(paths: tuple[Path, ...], raw_logs: bool = False, progress: bool = T
     from ddp_autopsy.analyzer.job import load
     from ddp_autopsy.rules.engine import run
 
-    config, rules = _config(config_path)
+    config, rules = _config(config_path, later=True)
+    chosen = [rules]
+
+    def choose() -> None:  # while worker processes read, if any
+        if chosen[0] is None:
+            chosen[0] = _rules(config)
+
     with config.installed():  # extra log patterns, read like the built-in ones
         with reading.reading(enabled=progress, paths=paths):  # a percentage when sizes tell
-            job = load(list(paths), use_summaries=not raw_logs)
+            job = load(list(paths), use_summaries=not raw_logs, meanwhile=choose)
         if not job.readable:
             _echo_notes(job.notes)
             click.echo("ddp-autopsy: nothing readable in the given paths", err=True)
             sys.exit(EXIT_NO_INPUT)
-        analysis = run(job, rules)
+        choose()
+        analysis = run(job, chosen[0])
     config.apply(analysis.findings)  # severity overrides: they change no ranking
     return analysis
 

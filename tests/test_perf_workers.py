@@ -6,6 +6,7 @@ note and loses no event."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -208,3 +209,74 @@ def test_a_prefix_regex_hyperscan_cannot_compile_only_turns_workers_off(
         monkeypatch.setattr(events, name, None)
     assert events._hyperscan() is not None and events._hs_prefix is None
     assert not events._processes() and not (tmp_path / "ddp-autopsy").exists()
+
+
+def _children() -> set[int]:
+    """This process's children, zombies included (not yet reaped)."""
+    return {int(p) for task in Path("/proc/self/task").iterdir()
+            for p in (task / "children").read_text().split()}
+
+
+def test_meanwhile_runs_once_while_the_workers_read(inputs: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load(meanwhile=)``: called once, in this process, while its workers are alive (what
+    ``analyze`` does with the rules' import); the events are those of a load without it."""
+    before = _children()
+    seen: list[set[int]] = []
+    here, _ = _load(inputs, monkeypatch, forked=True)
+    with monkeypatch.context() as m:
+        m.setattr(job, "load", functools.partial(job.load, meanwhile=lambda: seen.append(
+            _children() - before)))
+        there, done = _load(inputs, monkeypatch, forked=True)
+    assert len(seen) == 1 and len(seen[0]) == workers.cores() and done > 40
+    _same(here, there)
+    assert _children() == before
+
+
+def test_meanwhile_raising_stops_the_workers(inputs: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _children()
+
+    def fail() -> None:
+        assert len(_children() - before) == workers.cores()
+        raise KeyboardInterrupt  # (anything: a configuration error, Ctrl-C)
+
+    with monkeypatch.context() as m:
+        m.setattr(job, "load", functools.partial(job.load, meanwhile=fail))
+        with pytest.raises(KeyboardInterrupt):
+            _load(inputs, monkeypatch, forked=True)
+    assert _children() == before  # killed and reaped: no orphan, no zombie
+
+
+def test_meanwhile_without_workers_runs_after_reading(tmp_path: Path) -> None:
+    (tmp_path / "train.log").write_text("RuntimeError: boom\n")
+    calls: list[int] = []
+    got = job.load([tmp_path], meanwhile=lambda: calls.append(len(calls)))
+    assert calls == [0] and got.events.height
+
+
+def test_a_bad_configuration_with_workers_reading(tmp_path: Path) -> None:
+    """``analyze`` of a tree its workers read, with a configuration it cannot use: exit 2, the
+    message and nothing else, no process left behind."""
+    import subprocess
+    import sys
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    line = b"host1:123:456 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7\n"
+    body = line * (events.QUICK_MIN // len(line) + 10)
+    for i in range(events.PROCESS_FILES + 2):
+        (logs / f"rank{i}.log").write_bytes(body)
+    for config, why in (('[tool.ddp-autopsy]\nselect = ["NOPE999"]\n', "no rule matches"),
+                        ('select = ["COLL"]\nignore = ["COLL"]\n', "leave no rule to run")):
+        (tmp_path / "ddp-autopsy.toml").write_text(config)
+        name = "pyproject.toml" if config.startswith("[tool") else "ddp-autopsy.toml"
+        (tmp_path / "ddp-autopsy.toml").rename(tmp_path / name)
+        run = subprocess.run([sys.executable, "-m", "ddp_autopsy", "analyze", str(logs),
+                              "--format", "json"], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=120)
+        (tmp_path / name).unlink()
+        assert run.returncode == 2 and run.stdout == ""
+        assert run.stderr.startswith("ddp-autopsy: configuration: ") and why in run.stderr
+        assert len(run.stderr.splitlines()) == 1
+    assert not _children()

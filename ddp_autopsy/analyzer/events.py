@@ -1306,6 +1306,11 @@ class Presifter:
         self._ready: dict[int, Sifted | None] = {}
         self._more()
 
+    @property
+    def forked(self) -> bool:
+        """Whether worker processes are reading (this process waits for them)."""
+        return self._procs is not None
+
     def __enter__(self) -> Presifter:
         return self
 

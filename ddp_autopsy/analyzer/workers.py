@@ -21,6 +21,7 @@ as hung, likewise noted.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import os
 import pickle
@@ -38,6 +39,9 @@ HANG_SECONDS = 60.0
 _HEADER = 8
 #: Chunk numbers are written to the task pipe before any child starts: they must fit in it.
 _PIPE_CHUNKS = 16000
+#: Bytes a child may send ahead of the parent's reading (64 KB by default: ~2 chunks, ~20 ms of
+#: a child's work; the parent may be busy for longer, e.g. importing the rules meanwhile).
+RESULT_PIPE = 1 << 20
 
 
 def available() -> bool:
@@ -84,6 +88,8 @@ class ForkPool:
         try:
             for _ in range(max(1, min(workers, self._chunks))):
                 result_r, result_w = os.pipe()
+                with contextlib.suppress(OSError, AttributeError):  # (Linux: up to 1 MB)
+                    fcntl.fcntl(result_w, fcntl.F_SETPIPE_SZ, RESULT_PIPE)
                 with warnings.catch_warnings():  # (3.12+: "fork() in a threaded process"; the
                     warnings.simplefilter("ignore", DeprecationWarning)  # children run no
                     pid = os.fork()  # thread's code and take no lock another thread held)
