@@ -275,6 +275,12 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("nccl_connect_failure", "gpu1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
      "exceeded retries (35)", {"n": "35"}),
     ("no_socket_interface", "gpu1:1:1 [0] NCCL WARN Bootstrap : no socket interface found", {}),
+    ("autograd_anomaly", "/torch/autograd/__init__.py:197: UserWarning: Error detected in "
+     "torch::autograd::AccumulateGrad. Traceback of forward call that caused the error:",
+     {"node": "torch::autograd::AccumulateGrad"}),
+    ("no_socket_interface", "RuntimeError: [enforce fail at /opt/conda/conda-bld/pytorch_1595629427478"
+     "/work/third_party/gloo/gloo/transport/tcp/device.cc:208] ifa != nullptr. Unable to find "
+     "interface for: [0.0.8.34]", {"addr": "0.0.8.34"}),
     ("nccl_subnet_mismatch", "e82c50601d13:213:213 [0] include/socket.h:197 NCCL WARN Net : No "
      "interface found in the same subnet as remote address 192.168.0.91<27030>",
      {"addr": "192.168.0.91"}),

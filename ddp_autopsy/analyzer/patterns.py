@@ -368,6 +368,15 @@ PATTERNS: tuple[Pattern, ...] = (
         by=int,
         peer=int,
     ),
+    # autograd's anomaly mode when a backward raised (torch/csrc/autograd/python_anomaly_mode.cpp,
+    # PyAnomalyMetadata::print_stack): "UserWarning: Error detected in AddmmBackward0.
+    # Traceback of forward call that caused the error:" (the exception follows the forward's
+    # traceback, and a paste may cut it off): the rank that prints it failed
+    _p(
+        "autograd_anomaly",
+        "Traceback of forward call that caused the error",
+        r"Error detected in (?P<node>[\w:<>]+)\. Traceback of forward call that caused the error",
+    ),
     # --- collectives --------------------------------------------------------------------------
     # M9 (TORCH_DISTRIBUTED_DEBUG=DETAIL)
     _p(
@@ -1246,7 +1255,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "no_socket_interface",
         ("no socket interface found", "no interface found", "No usable listening interface",
          "nor AF_INET6", "Unable to find address for", "Address family not supported",
-         "interface or hostname can't be empty"),
+         "interface or hostname can't be empty", "Unable to find interface for"),
         r"(?:Bootstrap ?: no socket interface found|NET/Socket : no interface found"
         # Gloo's device factory given neither (c10d/GlooDeviceFactory.cpp): "GlooDeviceFactory::
         # makeUVDevice(): interface or hostname can't be empty" (makeTCPDevice alike)
@@ -1254,7 +1263,11 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|No usable listening interface found|neither AF_INET\(\d+\) nor AF_INET6\(\d+\)"
         # socket() refused the family of the interface NCCL picked (IPv6 disabled on the host)
         r"|Socket creation failed : Address family not supported by protocol"
-        r"|Unable to find address for: (?P<ifname>\S+))",
+        r"|Unable to find address for: (?P<ifname>\S+)"
+        # Gloo with no GLOO_SOCKET_IFNAME: no interface holds the address the host name
+        # resolved to (gloo/transport/tcp/device.cc: "ifa != nullptr. Unable to find interface
+        # for: [0.0.8.34]")
+        r"|Unable to find interface for: \[?(?P<addr>[^\]\s]+)\]?)",
     ),
     # NCCL_COMM_ID given, and no interface of this host in that address's subnet
     # (misc/socket.cc ncclFindInterfaceMatchSubnet, 2.4-2.26 WARN; "No usable listening
@@ -1597,6 +1610,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "horovod_missing_rank": {"info"},  # read only after a stall header (COLL015)
     "monitored_barrier_timeout": {"failure"},
     "monitored_barrier_peer_error": {"failure"},
+    "autograd_anomaly": {"failure", "crash"},
     "collective_fingerprint_mismatch": {"failure", "mismatch"},
     "nccl_error": {"failure", "lost_peer"},
     "peer_closed": {"failure", "lost_peer"},

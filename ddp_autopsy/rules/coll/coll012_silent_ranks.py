@@ -248,7 +248,8 @@ class SilentRanks(Rule):
         ("... Successfully processed ranks: 1, 3"); the others say the root never answered
         ("Rank 3 successfully reached monitoredBarrier, but received errors while waiting for
         send/recv from rank 0"), and then, with no report of the root's own, the root is the
-        one elsewhere. These ranks were in the group: they joined, and were busy or stuck."""
+        one elsewhere (unless a crash the inputs show without its rank is the root's: then
+        CRASH001's). These ranks were in the group: they joined, and were busy or stuck."""
         failed = job.rows("monitored_barrier_failed")
         timeouts = [r for r in job.rows("monitored_barrier_timeout") if "processed" in r["data"]]
         peers = job.rows("monitored_barrier_peer_error")
@@ -259,6 +260,8 @@ class SilentRanks(Rule):
         named = bool(culprits)
         if not culprits:
             culprits = {r["data"]["peer"] for r in peers}
+            if _unranked_crash(job):
+                return  # the root's errors are a crash the inputs show: CRASH001's
         culprits -= set(job.crashes.ranks)
         if not culprits:
             return
@@ -405,3 +408,9 @@ def _first_call_alone(job: Job, events: pl.DataFrame, timed_out: pl.DataFrame,
         return False
     bars = events.filter((pl.col("kind") == "last_line") & pl.col("data").is_not_null())
     return not any(json.loads(d).get("progress") for d in bars["data"].to_list())
+
+
+def _unranked_crash(job: Job) -> bool:
+    """Whether a process of the job crashed whose rank the inputs do not say."""
+    crashes = job.crashes.events
+    return bool(crashes.height) and crashes.filter(pl.col("rank").is_null()).height > 0

@@ -12,7 +12,10 @@ watchdog's DistBackendError, Gloo's enforce failures, nor one whose what() is an
 process a fatal signal ended
 (a shell's "Aborted (core dumped)", Open MPI's "[host:pid] Signal: Segmentation fault (11)"), or, at
 low confidence, a rank whose traceback a paste cut before its exception line while no rank
-reported anything else, and, lower still, the process at the other end of a connection that
+reported anything else, a backward pass that raised as autograd's anomaly mode reports it
+("Error detected in AddmmBackward0. Traceback of forward call that caused the error:", its
+exception cut off; unranked, the one rank its peers lost at a monitored barrier), and, lower
+still, the process at the other end of a connection that
 closed when nothing else failed (Gloo's "Connection closed by peer" alone). Exceptions that merely report another rank's death ("Connection closed by peer",
 "Failed to recv, got 0 bytes", ncclRemoteError, watchdog timeouts, agents' SIGTERMs) are not
 counted as first failures, nor is the SIGABRT (-6) with which torch's watchdog ends its own
@@ -185,6 +188,21 @@ class RankCrashed(Rule):
                 "traceback: a failure in native code (a CUDA or NCCL call, an extension).",
                 shown=2, ranks=ranks, confidence=0.6,
                 details={"exception": first["data"].get("type"), "local_rank": lr})
+            return
+        # autograd's anomaly mode reported a backward that raised, its exception cut off
+        anomalies = earliest_first(job.rows("autograd_anomaly"))
+        if anomalies:
+            first = anomalies[0]
+            ranks = {r["rank"] for r in anomalies if r["rank"] is not None}
+            # (unranked: the one rank its peers say they lost at a monitored barrier)
+            lost = {r["data"]["peer"] for r in job.rows("monitored_barrier_peer_error")}
+            if not ranks and len(lost) == 1:
+                ranks = lost
+            yield self.from_rows(
+                anomalies, f"{subject(ranks, 'A rank')} crashed first: its backward pass raised "
+                f"in {first['data']['node']} (autograd's anomaly mode printed the forward call "
+                "that made it; the exception itself is not in the inputs).", shown=2,
+                ranks=ranks, confidence=0.6, details={"node": first["data"]["node"]})
             return
         # The interpreter could not even start the script: every process so started died at
         # once, before any traceback (the launcher's exit codes only echo it).

@@ -4,7 +4,8 @@
 NCCL's "Bootstrap : no socket interface found" / "NET/Socket : no interface found", the garbage
 address NCCL produces when NCCL_SOCKET_IFNAME names a missing interface ("... with family
 59936 is neither AF_INET(2) nor AF_INET6(10)"), and Gloo's "Unable to find address for: eth2"
-when GLOO_SOCKET_IFNAME matches nothing. Not NCCL's "No usable listening interface found" after
+when GLOO_SOCKET_IFNAME matches nothing, or, unset, no interface holds the address the host name
+resolves to ("Unable to find interface for: [0.0.8.34]"). Not NCCL's "No usable listening interface found" after
 it found no interface in NCCL_COMM_ID's subnet (NCCL006: the host is on another network).
 
 ## Why it hangs or kills the job
@@ -56,8 +57,11 @@ class NoSocketInterface(Rule):
         ranks = ranks_of(rows)
         who = subject(ranks, "A rank")
         summary = f"{who} found no usable socket interface"
+        resolved = sorted({str(r["data"]["addr"]) for r in rows if r["data"].get("addr")})
         summary += f" ({', '.join(values)} matches no interface with an address)." if values \
-            else "."
+            else (f": its host name resolves to {', '.join(resolved)}, an address no interface "
+                  "of the host has (Gloo picks its interface so when GLOO_SOCKET_IFNAME is "
+                  "unset)." if resolved else ".")
         yield self.finding(summary, evidence=[evidence_of(r) for r in (settings[:1] + rows[:2])],
                            ranks=ranks, hosts=[r["host"] for r in rows], confidence=0.9,
                            ts=first_ts(rows), details={"settings": values})
