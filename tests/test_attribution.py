@@ -172,3 +172,23 @@ def test_a_launch_for_two_nodes_keeps_local_ranks_local() -> None:
     df = A.resolve(frame(("out.log", text, {})))
     assert ranks(df, "worker_failed") == [(None, None)]
     assert A.declared_nodes(df) == 2
+
+
+GATHER = ("[rank1]:[E407 10:02:26.551756518 ProcessGroupNCCL.cpp:683] [Rank 1] Watchdog caught "
+          "collective operation timeout: WorkNCCL(SeqNum=49209, OpType={op}, NumelIn={nin}, "
+          "NumelOut={nout}, Timeout(ms)=1800000) ran for 1800056 milliseconds before timing out.")
+
+
+def test_an_all_gathers_sizes_give_its_group_size() -> None:
+    df = frame(("out.log", GATHER.format(op="ALLGATHER", nin=43, nout=172), {}))
+    assert A.gathered_group_size(df) == 4
+    df = frame(("out.log", GATHER.format(op="_REDUCE_SCATTER_BASE", nin=96, nout=12), {}))
+    assert A.gathered_group_size(df) == 8
+
+
+def test_other_collectives_and_odd_sizes_give_no_group_size() -> None:
+    # an all-reduce's sizes are equal whatever the group; sizes that do not divide say nothing
+    for op, nin, nout in (("ALLREDUCE", 43, 43), ("ALLGATHER", 43, 100), ("ALLGATHER", 0, 0),
+                          ("BROADCAST", 10, 40)):
+        assert A.gathered_group_size(frame(("out.log", GATHER.format(
+            op=op, nin=nin, nout=nout), {}))) is None

@@ -263,3 +263,29 @@ def declared_nodes(events: pl.DataFrame) -> int:
         if isinstance(d.get("node_rank"), int):
             counts.append(d["node_rank"] + 1)
     return max(counts)
+
+
+#: Collectives whose output is the group's size times their input (all-gathers), or the
+#: input the size times the output (reduce-scatters), as ProcessGroupNCCL's Work prints them.
+GATHERS = frozenset({"ALLGATHER", "_ALLGATHER_BASE", "ALLGATHER_COALESCED",
+                     "ALLGATHER_INTO_TENSOR_COALESCED"})
+SCATTERS = frozenset({"REDUCE_SCATTER", "_REDUCE_SCATTER_BASE", "REDUCE_SCATTER_TENSOR_COALESCED"})
+
+
+def gathered_group_size(events: pl.DataFrame) -> int | None:
+    """The largest group size a timed-out all-gather or reduce-scatter shows by its sizes
+    (``OpType=ALLGATHER, NumelIn=43, NumelOut=172``: 4 ranks), else None. A group's size is
+    at most the world's, so this is a lower bound of the world size."""
+    rows = events.filter(pl.col("kind") == "watchdog_timeout")
+    sizes = [0]
+    for text in rows["data"].drop_nulls().to_list():
+        d = json.loads(text)
+        nin, nout = d.get("nin"), d.get("nout")
+        if not (isinstance(nin, str | int) and isinstance(nout, str | int)):
+            continue
+        nin, nout = int(nin), int(nout)
+        small, big = (nin, nout) if d.get("op") in GATHERS else \
+            (nout, nin) if d.get("op") in SCATTERS else (0, 0)
+        if small > 0 and big % small == 0:
+            sizes.append(big // small)
+    return max(sizes) if max(sizes) >= 2 else None

@@ -332,6 +332,9 @@ class Job:
             sizes += [int(x) for x in self.processes["world_size"].drop_nulls().to_list()]
         for row in self.of_kind("store_clients_timeout", history=True).iter_rows(named=True):
             sizes.append(json.loads(row["data"])["world"])
+        # (at least the size of a group whose all-gather or reduce-scatter sizes show it)
+        if gathered := attribution.gathered_group_size(self.events):
+            sizes.append(gathered)
         if self.of_kind("spawn_failed").height:
             # torch.multiprocessing.spawn tears down every other child after one failed
             # ("Terminating process N via signal SIGTERM"): they and the failed one are the job
