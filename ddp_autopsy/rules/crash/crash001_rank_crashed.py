@@ -12,7 +12,8 @@ watchdog's DistBackendError, Gloo's enforce failures, nor one whose what() is an
 process a fatal signal ended
 (a shell's "Aborted (core dumped)", Open MPI's "[host:pid] Signal: Segmentation fault (11)"), or, at
 low confidence, a rank whose traceback a paste cut before its exception line while no rank
-reported anything else, a backward pass that raised as autograd's anomaly mode reports it
+reported anything else (lower, a process of unknown rank when nothing else failed, its innermost
+frame not torchelastic's own), a backward pass that raised as autograd's anomaly mode reports it
 ("Error detected in AddmmBackward0. Traceback of forward call that caused the error:", its
 exception cut off; unranked, the one rank its peers lost at a monitored barrier), and, lower
 still, the process at the other end of a connection that
@@ -357,13 +358,20 @@ class RankCrashed(Rule):
     def _cut_traceback(self, job: Job) -> Iterator[Finding]:
         """A rank's traceback cut before its exception line (a paste that stops inside it),
         and nothing else that rank reported failing: it raised, though what is not shown."""
-        cut = earliest_first(r for r in job.rows("traceback_fragment") if r["rank"] is not None)
+        fragments = job.rows("traceback_fragment")
+        failures = [r for r in job.rows(*kinds_tagged("failure"))
+                    if r["kind"] != "traceback_fragment"]
+        # (a process's, its rank unknown, when it is the only failure the inputs show)
+        # (not one inside torchelastic's own code: its agent failing, no worker)
+        cut = earliest_first(r for r in fragments if r["rank"] is not None) or (
+            [] if failures else earliest_first(
+                r for r in fragments
+                if not ELASTIC_CODE.search(str((r["data"].get("frame") or {}).get("file", "")))))
         if not cut:
             return
         first = cut[0]
         rank = first["rank"]
-        if any(r["rank"] is not None and r["kind"] != "traceback_fragment"
-               for r in job.rows(*kinds_tagged("failure"))):
+        if any(r["rank"] is not None for r in failures):
             return  # its traceback may be the report of a failure a rank saw (a timeout, a peer)
         if job.rows("nccl_warn") or any(r["data"].get("code")
                                         for r in job.rows("nccl_error_trace")):
@@ -378,10 +386,11 @@ class RankCrashed(Rule):
                   and r["line"] <= first["line"]]
         cause = f"; just before it: {before[-1]['text'][:200].strip()}" if before else ""
         yield self.finding(
-            f"Rank {rank} raised an exception: its traceback is cut before the exception line "
-            f"(innermost frame shown: {where}){cause}.",
-            evidence=[evidence_of(r) for r in [*before[-1:], first]], ranks=[rank],
-            hosts=[first["host"]], confidence=0.4, ts=first["ts"],
+            f"{'A process' if rank is None else f'Rank {rank}'} raised an exception: its "
+            f"traceback is cut before the exception line (innermost frame shown: {where}){cause}.",
+            evidence=[evidence_of(r) for r in [*before[-1:], first]],
+            ranks=[] if rank is None else [rank], hosts=[first["host"]],
+            confidence=0.4 if rank is not None else 0.3, ts=first["ts"],
             details={"frame": frame, "cut": True})
 
     def _proxy_peer_gone(self, job: Job) -> Iterator[Finding]:
@@ -529,6 +538,8 @@ CPP_CONSEQUENCE = re.compile(r"DistBackendError|DistNetworkError|DistStoreError|
 WATCHDOG_ABORTS = ("watchdog_timeout", "watchdog_abort", "nccl_teardown")
 
 #: Where the launcher's own code raises: torchelastic's agent and rendezvous, torchrun itself.
+#: torchelastic's own modules (its agent, rendezvous, metrics wrappers).
+ELASTIC_CODE = re.compile(r"torch[/\\]distributed[/\\]elastic[/\\]")
 LAUNCHER_CODE = re.compile(
     r"torch[/\\]distributed[/\\](?:elastic[/\\](?:agent|rendezvous)[/\\]|run\.py$|launch\.py$)")
 
