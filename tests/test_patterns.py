@@ -275,6 +275,8 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("nccl_connect_failure", "gpu1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
      "exceeded retries (35)", {"n": "35"}),
     ("no_socket_interface", "gpu1:1:1 [0] NCCL WARN Bootstrap : no socket interface found", {}),
+    ("checkpoint_world_mismatch", "AssertionError: Loading a checkpoint for MP=2 but world size "
+     "is 1", {"mp": 2, "ws": "1"}),
     ("autograd_anomaly", "/torch/autograd/__init__.py:197: UserWarning: Error detected in "
      "torch::autograd::AccumulateGrad. Traceback of forward call that caused the error:",
      {"node": "torch::autograd::AccumulateGrad"}),

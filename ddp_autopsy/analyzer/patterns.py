@@ -1278,6 +1278,15 @@ PATTERNS: tuple[Pattern, ...] = (
         "No interface found in the same subnet",
         r"No interface found in the same subnet as remote address (?P<addr>[^\s<]+)",
     ),
+    # the LLaMA reference loader's own check (facebookresearch/llama generation.py Llama.build,
+    # LLaMA 1's example.py load(); copied into codellama, llama3 and their forks): "Loading a
+    # checkpoint for MP=2 but world size is 1" (MP=0: no checkpoint found at all)
+    _p(
+        "checkpoint_world_mismatch",
+        "Loading a checkpoint for MP=",
+        r"Loading a checkpoint for MP=(?P<mp>\d+) but world size is (?P<ws>\d+|None)",
+        mp=int,
+    ),
     _p(
         "socket_ifname",
         ("SOCKET_IFNAME set",),
@@ -1632,6 +1641,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "no_socket_interface": {"failure"},
     "nccl_subnet_mismatch": {"failure"},
     "socket_ifname": {"info"},
+    "checkpoint_world_mismatch": {"failure"},
     "launch_nodes": {"info"},
     "visible_devices": {"info"},
     "nccl_interface": {"info"},

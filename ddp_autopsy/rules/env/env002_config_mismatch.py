@@ -10,7 +10,9 @@ when ranks build a communicator of different sizes: "Bootstrap Root : mismatch i
 from procs 4 : 8" (≤2.22), "mismatch in info from procs, nranks 4 vs 8" (2.23+), and NCCL's
 init refuses a rank outside the communicator: "Invalid rank requested : 2/2". Also a process
 that asked for a GPU it cannot see ("CUDA error: invalid device ordinal"): more processes per
-node than visible GPUs, or a device index taken from the global rank. And from Gloo's init
+node than visible GPUs, or a device index taken from the global rank; a checkpoint sharded for
+another number of model-parallel ranks than the job has (the LLaMA loader's "Loading a checkpoint
+for MP=2 but world size is 1", copied into its many forks). And from Gloo's init
 alone: the ranks of one node time out in init_process_group waiting for the store key of a rank
 the job does not have (`keys: /default_pg/0//cpu//0/4` when the launchers started ranks 0-3),
 while the other ranks got past init, or, running on the other nodes, printed no such timeout.
@@ -71,6 +73,24 @@ class ConfigMismatch(Rule):
         yield from self._nccl_invalid_rank(job)
         yield from self._init_waits_beyond(job)
         yield from self._device_ordinal(job)
+        yield from self._checkpoint_world(job)
+
+    def _checkpoint_world(self, job: Job) -> Iterator[Finding]:
+        """A checkpoint sharded for N model-parallel ranks loaded by a job of another world
+        size (the LLaMA loader's "Loading a checkpoint for MP=2 but world size is 1"; MP=0 is
+        no checkpoint found, not a size)."""
+        rows = [r for r in job.rows("checkpoint_world_mismatch") if r["data"]["mp"] >= 1
+                and str(r["data"]["ws"]) != str(r["data"]["mp"])]
+        if not rows:
+            return
+        d = rows[0]["data"]
+        started = "without a launcher's world size" if d["ws"] == "None" else \
+            f"with a world size of {d['ws']}"
+        yield self.from_rows(
+            rows, f"The checkpoint is sharded for {d['mp']} model-parallel "
+            f"rank{'s' if d['mp'] > 1 else ''}, and the job "
+            f"was started {started}: launch it with --nproc_per_node {d['mp']} (one process per "
+            "shard).", shown=2, confidence=0.85, details={"mp": d["mp"], "world": d["ws"]})
 
     def _device_ordinal(self, job: Job) -> Iterator[Finding]:
         """"CUDA error: invalid device ordinal" (a set_device / .to(device) of a GPU this
