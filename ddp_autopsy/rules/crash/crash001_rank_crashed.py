@@ -231,8 +231,13 @@ class RankCrashed(Rule):
         sticky = [r for r in job.rows("cuda_failure") if STICKY_CUDA.search(r["text"])
                   or WATCHDOG_CUDA.search(r["text"])]
         # (an NCCL_DEBUG line names its host and pid, not always its rank)
-        fatal = earliest_first([r for r in sticky if r["rank"] is not None]
-                               or [r for r in sticky if r["host"] and not _after_failure(job, r)])
+        # (nor its host: a process's, when nothing else failed before it in its file and no
+        # rank is named failing)
+        fatal = earliest_first(
+            [r for r in sticky if r["rank"] is not None]
+            or [r for r in sticky if r["host"] and not _after_failure(job, r)]
+            or [r for r in sticky if not _after_failure(job, r) and not any(
+                f["rank"] is not None for f in job.rows(*kinds_tagged("failure")))])
         if fatal:
             ranks = {r["rank"] for r in fatal} - {None}
             first = fatal[0]
@@ -245,7 +250,7 @@ class RankCrashed(Rule):
                 and not job.ranks.height and declared_nodes(job.events) <= 1
             if by_gpu:
                 ranks = devs
-            who = subject(ranks, f"A process on {', '.join(hosts) or 'an unnamed host'}"
+            who = subject(ranks, f"A process{' on ' + ', '.join(hosts) if hosts else ''}"
                           + (f" (pid {', '.join(map(str, pids))})" if pids else ""))
             if by_gpu:
                 who += f" (its GPU {next(iter(devs))}, one process per GPU)"
