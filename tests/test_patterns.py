@@ -275,6 +275,14 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("nccl_connect_failure", "gpu1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
      "exceeded retries (35)", {"n": "35"}),
     ("no_socket_interface", "gpu1:1:1 [0] NCCL WARN Bootstrap : no socket interface found", {}),
+    ("nccl_net_channel", "pkb-aa8dbd1b-0:9100:9147 [0] NCCL INFO Ring 00 : 1[18100000] -> "
+     "0[435e00000] [receive] via NET/IB/0/GDRDMA", {"src": 1, "dst": 0, "net": "IB"}),
+    ("nccl_net_channel", "node1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via "
+     "NET/Socket/0", {"src": 0, "dst": 8, "net": "Socket"}),
+    ("nccl_connect_failure", "[Service thread] Error encountered progressing operation=Connect, "
+     "res=3, closing connection", {"op": "Connect", "res": 3}),
+    ("nccl_error", "RuntimeError: NCCL error in ../torch/lib/c10d/ProcessGroupNCCL.cpp:825, "
+     "unhandled system error, NCCL version 2.7.8", {"estr": "unhandled system error"}),
     ("checkpoint_world_mismatch", "AssertionError: Loading a checkpoint for MP=2 but world size "
      "is 1", {"mp": 2, "ws": "1"}),
     ("autograd_anomaly", "/torch/autograd/__init__.py:197: UserWarning: Error detected in "

@@ -1195,7 +1195,7 @@ PATTERNS: tuple[Pattern, ...] = (
          "wrong magic", "wrong type", "Proxy Call to rank", "Failed to execute operation",
          "PollConnect: Connect to ", "after sleep for", ", retrying (",
          "Call to connect timeout", "NET/OFI Unable to insert remote address",
-         "Call to connect failed : "),
+         "Call to connect failed : ", "progressing operation=Connect"),
         r"(?:(?P<fn>\w+): (?:connect (?:to (?P<addr>\S+) )?returned (?P<err>.+?), "
         r"(?:exceeded error retry count|retrying \((?P<try>\d+)/(?P=try)\))"
         r"|exceeded (?:retries|timeouts) \((?P<n>\d+)\))"
@@ -1210,6 +1210,10 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|Proxy Call to rank (?P<prank>\d+) failed"
         r"|\[Proxy Service (?P<svc>\d+)\] Failed to execute operation (?P<op>\w+) from rank "
         r"(?P<frank>\d+)"
+        # 2.17+ (proxy.cc): "[Service thread] Error encountered progressing operation=Connect,
+        # res=3, closing connection" (a peer's proxy connection; also torch's "Last error:")
+        r"|\[Service thread\] Error encountered progressing operation=(?P<op2>Connect), "
+        r"res=(?P<res>\d+)"
         # 2.3 (include/socket.h): "Call to connect timeout : Connection refused"
         r"|Call to connect timeout : (?P<err4>.+)"
         # 2.2 (include/socket.h connectAddress): "Call to connect failed : Connection timed out"
@@ -1219,6 +1223,7 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|NET/OFI (?P<ofi>Unable to insert remote address into address vector)[^.]*)",
         alias={"fn3": "fn", "addr3": "addr", "err3": "err"},
         code=int,
+        res=int,
     ),
     # One connect attempt of many (INFO): transient unless the log ends there. The last attempt
     # ("retrying (34/34)") is nccl_connect_failure above. 2.4-2.15: "Call to connect returned
@@ -1286,6 +1291,17 @@ PATTERNS: tuple[Pattern, ...] = (
         "Loading a checkpoint for MP=",
         r"Loading a checkpoint for MP=(?P<mp>\d+) but world size is (?P<ws>\d+|None)",
         mp=int,
+    ),
+    # a channel NCCL connected over the network (transport/net.cc, INIT|NET): "Channel 00/0 :
+    # 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA" (2.x), "Ring 00 : 1[18100000] -> 0[435e00000]
+    # [receive] via NET/IB/0" (<= 2.6): its peer is on another host
+    _p(
+        "nccl_net_channel",
+        "via NET/",
+        r"(?:Channel|Ring) \d+(?:/\d+)? : (?P<src>\d+)\[[0-9a-fx]+\] -> (?P<dst>\d+)\[[0-9a-fx]+\] "
+        r"(?:\[(?:send|receive)\] )?via NET/(?P<net>[^/\s]+)",
+        src=int,
+        dst=int,
     ),
     _p(
         "socket_ifname",
@@ -1494,9 +1510,11 @@ PATTERNS: tuple[Pattern, ...] = (
          "HCCL error in: ", "HCCL function error: ", "Failed, NCCL error"),
         # torch before 1.6 printed no version: "NCCL error in: .../ProcessGroupNCCL.cpp:272,
         # unhandled system error"
-        r"NCCL error(?: in: (?P<file>\S+):(?P<line>\d+),|:) (?P<estr>.+?), "
+        # (torch 1.7-1.8 wrote "NCCL error in ../torch/lib/c10d/ProcessGroupNCCL.cpp:825, ...",
+        # no colon)
+        r"NCCL error(?: in:? (?P<file>\S+):(?P<line>\d+),|:) (?P<estr>.+?), "
         r"NCCL version (?P<version>[\w.]+)"
-        r"|NCCL error in: (?P<file2>\S+):(?P<line2>\d+), (?P<estr2>[^,]+?)\s*$"
+        r"|NCCL error in:? (?P<file2>\S+):(?P<line2>\d+), (?P<estr2>[^,]+?)\s*$"
         # nccl-tests (src/common.h NCCLCHECK / CUDACHECK): "host: Test NCCL failure
         # common.cu:1005 'unhandled cuda error (run with NCCL_DEBUG=INFO for details) / '",
         # older releases without " / <last error>"
@@ -1641,6 +1659,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "no_socket_interface": {"failure"},
     "nccl_subnet_mismatch": {"failure"},
     "socket_ifname": {"info"},
+    "nccl_net_channel": {"info"},
     "checkpoint_world_mismatch": {"failure"},
     "launch_nodes": {"info"},
     "visible_devices": {"info"},

@@ -9,7 +9,8 @@ be caused by insufficient shared memory (shm)". Without such a line, a process k
 full /dev/shm is how a training job most often gets a bus error. NCCL's shared-memory transport
 failing with no segment error of its own is reported too: its header's CUDA call ("include/shm.h:42
 NCCL WARN Cuda failure 'invalid argument'", registering the segment, NCCL <= 2.6) or an error trail
-through transport/shm.cc.
+through transport/shm.cc. At a low confidence, a bare "unhandled system error" (NCCL's own
+lines not in the inputs) of a job the inputs show on one host.
 
 ## Why it hangs or kills the job
 NCCL's intra-node transport and the DataLoader's worker queues live in /dev/shm. When it is
@@ -39,6 +40,7 @@ from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, rank_phrase, ranks_of, subject
+from ddp_autopsy.rules.nccl.nccl005_nccl_connection_failure import across_hosts, bare_system_error
 
 
 class ShmFailure(Rule):
@@ -50,8 +52,8 @@ class ShmFailure(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("shm_error")
         if not rows:
-            found = list(self._shm_transport(job))
-            yield from found or self._sigbus(job)
+            found = list(self._shm_transport(job)) or list(self._sigbus(job))
+            yield from found or self._bare_system_error(job)
             return
         texts = " ".join(r["text"] for r in rows)
         if "attaching to" in texts and "No such file" in texts:
@@ -106,6 +108,21 @@ class ShmFailure(Rule):
             "small for NCCL's or the DataLoader's shared-memory segments (Docker's default is 64 "
             "MB; `df -h /dev/shm` in the container).", shown=2, ranks=ranks, confidence=0.55,
             hosts=[r["host"] or r["data"].get("host") for r in rows])
+
+
+    def _bare_system_error(self, job: Job) -> Iterator[Finding]:
+        """A bare ncclSystemError (NCCL's own lines not in the inputs) of a job the inputs show
+        on one host: there, the system call that fails is most often /dev/shm's (Docker's 64 MB
+        default); NCCL005's when they show more than one host or NCCL's sockets failing."""
+        rows, sockets = bare_system_error(job)
+        if not rows or sockets or across_hosts(job):
+            return
+        yield self.from_rows(
+            rows, "NCCL failed a system call (unhandled system error), printed nothing else the "
+            "inputs show, and the inputs show one host: there the call that fails is most often "
+            "the one setting up NCCL's shared memory in /dev/shm (Docker's 64 MB default is too "
+            "small). Between hosts it is a connection: run with NCCL_DEBUG=INFO to see which.",
+            shown=2, confidence=0.35, details={"estr": rows[0]["data"].get("estr")})
 
 
 #: Where NCCL's shared-memory transport reports from: its header's CUDA call (<= 2.6) ...

@@ -10,10 +10,10 @@ Connection refused, retrying", 2.4–2.15: the last attempt is never announced),
 that failed or closed while the communicators were set up (NCCL's return chain through
 bootstrap.cc / init.cc, a traceback through DDP's first collectives, a refused connection). With
 none of these, and NCCL's WARN lines not in the inputs, a bare
-"NCCL error ...: unhandled system error" (a system call failed), or only its return chain
-through NCCL's socket or bootstrap code ("NCCL INFO bootstrap.cc:270 -> 2"), is reported as the likely
-connection failure at a low confidence: sockets are where it fails most often, and the /dev/shm
-and InfiniBand failures that also raise it print lines of their own (NCCL003, NCCL004); not when
+"NCCL error ...: unhandled system error" (a system call failed) of a job the inputs show on
+more than one host, or only its return chain through NCCL's socket or bootstrap code ("NCCL
+INFO bootstrap.cc:270 -> 2"), is reported as the likely connection failure at a low confidence:
+between hosts, sockets are where it fails most often (on one host, /dev/shm: NCCL003); not when
 the return chain starts in NCCL's topology detection (graph/xml.cc, graph/topo.cc,
 misc/nvmlwrap.cc: a VM, WSL or container hiding the PCI tree or a GPU), which is no connection.
 
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule
 
@@ -97,26 +98,49 @@ class NcclConnectionFailure(Rule):
             ranks=(), confidence=0.6, details={"errors": errors, "at_setup": True})
 
     def _system_error(self, job: Job) -> Iterator[Finding]:
-        """A bare ncclSystemError, NCCL's own account of it not in the inputs."""
-        # Raised by a call (setting up, or the first collectives); the watchdog's asynchronous
-        # report of one during training is another story (a link or peer lost: NCCL004's).
-        rows = [r for r in job.rows("nccl_error")
-                if "system error" in str(r["data"].get("estr", "")) and "watchdog" not in r["text"]
-                ] or [
-            # or only its return chain: a system error (2) in NCCL's socket or bootstrap code
-            r for r in job.rows("nccl_error_trace") if r["data"].get("code") == 2
-            and any(k in str(r["data"].get("file", "")) for k in ("socket", "bootstrap"))]
-        if not rows or job.rows("shm_error", "network_error", "nccl_warn", "cuda_failure"):
+        """A bare ncclSystemError, NCCL's own account of it not in the inputs, where the
+        inputs show the job on more than one host or NCCL's sockets failing (on one host
+        it is NCCL003's: /dev/shm, most often)."""
+        rows, sockets = bare_system_error(job)
+        if not rows or not (sockets or across_hosts(job)):
             return
-        if any(str(r["data"].get("file", "")).startswith(NOT_SOCKETS)
-               for r in job.rows("nccl_error_trace") if r["data"].get("code") == 2):
-            return  # NCCL's return chain says where: its topology detection, not a socket
         yield self.from_rows(
             rows, "NCCL failed a system call (unhandled system error) and printed nothing else "
             "the inputs show: most often a connection between ranks that cannot be made (the "
             "wrong network interface, a firewall, containers on separate networks). Run with "
             "NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) to see which call failed.",
             shown=2, confidence=0.35, details={"estr": rows[0]["data"].get("estr")})
+
+
+def bare_system_error(job: Job) -> tuple[list[dict], bool]:
+    """The rows of an ncclSystemError that NCCL's own lines in the inputs do not explain
+    (no WARN, no shared-memory, network or CUDA error; its return chain not from the topology
+    detection), and whether its return chain runs through NCCL's socket or bootstrap code."""
+    # Raised by a call (setting up, or the first collectives); the watchdog's asynchronous
+    # report of one during training is another story (a link or peer lost: NCCL004's).
+    errors = [r for r in job.rows("nccl_error")
+              if "system error" in str(r["data"].get("estr", "")) and "watchdog" not in r["text"]]
+    # (or only its return chain: a system error (2) in NCCL's socket or bootstrap code)
+    trail = [r for r in job.rows("nccl_error_trace") if r["data"].get("code") == 2]
+    sockets = [r for r in trail
+               if any(k in str(r["data"].get("file", "")) for k in ("socket", "bootstrap"))]
+    rows = errors or sockets
+    if not rows or job.rows("shm_error", "network_error", "nccl_warn", "cuda_failure"):
+        return [], False
+    if any(str(r["data"].get("file", "")).startswith(NOT_SOCKETS) for r in trail):
+        return [], False  # NCCL's return chain says where: its topology detection, not a socket
+    return rows, bool(sockets)
+
+
+def across_hosts(job: Job) -> bool:
+    """Whether the inputs show the job on more than one host (hosts named, nodes asked for,
+    NCCL channels over the network)."""
+    hosts = set(job.events["host"].drop_nulls().unique().to_list()) if job.events.height \
+        else set()
+    if job.ranks.height:
+        hosts |= {h for hs in job.ranks["hosts"].to_list() for h in hs}
+    return len(hosts) >= 2 or declared_nodes(job.events) >= 2 \
+        or bool(job.rows("nccl_net_channel"))  # (NCCL connected a peer over the network)
 
 
 #: NCCL's sources whose system calls are no connection: the topology detection (sysfs, NVML).

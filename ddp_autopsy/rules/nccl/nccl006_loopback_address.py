@@ -37,6 +37,7 @@ node2:5151:5151 [0] NCCL INFO Bootstrap : Using eth0:10.1.2.4<0>
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterator
 
@@ -47,6 +48,7 @@ from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of
 BRIDGES = (ipaddress.ip_network("172.17.0.0/16"), ipaddress.ip_network("192.168.122.0/24"))
 
 
+@functools.lru_cache(maxsize=4096)  # (asked per rank: a 1024-rank job has a few addresses)
 def unreachable_kind(addr: str, ifname: str = "") -> str | None:
     """'loopback' / 'container bridge' for addresses other hosts cannot reach, else None."""
     try:
