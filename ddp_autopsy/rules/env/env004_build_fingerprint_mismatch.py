@@ -42,6 +42,8 @@ from ddp_autopsy.rules.base import Finding, Rule, evidence_of, writers_phrase
 #: The logger's "<file>:<line>]" stamp (c10: basename; glog: a path such as torch/…/api.py).
 SOURCE_STAMP = (r"(?:^|[\s\[])(?P<src>(?:[\w.-]+/)*[A-Za-z_][\w-]*\.(?:cpp|cc|hpp|h|py)):"
                 r"(?P<src_line>\d+)\](?P<msg>.*)")
+#: What a line must hold for SOURCE_STAMP to match (NCCL INFO lines, most events, do not).
+STAMP_HINT = r"\.(?:cpp|cc|hpp|h|py):\d+\]"
 #: What makes two lines of one kind the same message: their start, numbers and addresses masked
 #: (one event kind covers several messages: NET/IB's "Got async event" and "Got completion").
 MESSAGE_KEY = (pl.col("msg").str.replace_all(r"\([^)]*\)", "")
@@ -57,7 +59,9 @@ class BuildFingerprintMismatch(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         stamped = (
             # A rank's last line is whatever it printed last, not one message: never compared.
-            job.active_events.filter(pl.col("kind") != "last_line").with_columns(
+            job.active_events.filter(pl.col("kind") != "last_line")
+            .filter(pl.col("text").str.contains(STAMP_HINT))  # (what SOURCE_STAMP needs: 10x
+            .with_columns(                                     # faster than its groups on all)
                 pl.col("text").str.extract_groups(SOURCE_STAMP).struct.unnest(),
                 writer=pl.when(pl.col("rank").is_not_null())
                 .then(pl.format("rank {}", pl.col("rank")))
