@@ -275,6 +275,19 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("nccl_connect_failure", "gpu1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
      "exceeded retries (35)", {"n": "35"}),
     ("no_socket_interface", "gpu1:1:1 [0] NCCL WARN Bootstrap : no socket interface found", {}),
+    ("cuda_driver_too_old", "idgsim-gpu-001:47744:47744 [0] init.cu:674 WARN Cuda failure 'CUDA "
+     "driver version is insufficient for CUDA runtime version'", {}),
+    ("cuda_driver_too_old", "RuntimeError: The NVIDIA driver on your system is too old (found "
+     "version 10010). Please update your GPU driver", {"found": "10010"}),
+    ("cuda_failure", "Cuda failure common.cu:891 'CUDA driver version is insufficient for CUDA "
+     "runtime version'", {"err": "CUDA driver version is insufficient for CUDA runtime version"}),
+    ("parallel_layout_mismatch", "RuntimeError: world_size (8) is not divisible by "
+     "expert_tensor_model_pipeline_parallel size (16)", {"world": 8}),
+    ("parallel_layout_mismatch", "RuntimeError: [TensorRT-LLM][ERROR] Assertion failed: mpiSize "
+     "== tp * pp (/opt/tensorrt-llm/cpp/tensorrt_llm/runtime/worldConfig.cpp:89)",
+     {"layout": "mpiSize == tp * pp"}),
+    ("parallel_layout_mismatch", "ValueError: The number of required GPUs exceeds the total "
+     "number of available GPUs in the placement group.", {}),
     ("nccl_net_channel", "pkb-aa8dbd1b-0:9100:9147 [0] NCCL INFO Ring 00 : 1[18100000] -> "
      "0[435e00000] [receive] via NET/IB/0/GDRDMA", {"src": 1, "dst": 0, "net": "IB"}),
     ("nccl_net_channel", "node1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via "

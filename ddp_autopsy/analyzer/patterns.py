@@ -1179,6 +1179,17 @@ PATTERNS: tuple[Pattern, ...] = (
         r1=int,
         r2=int,
     ),
+    # the CUDA driver older than the CUDA runtime a build needs: cudaErrorInsufficientDriver (35)
+    # as CUDA words it (NCCL's CUDACHECK "Cuda failure 'CUDA driver version is insufficient for
+    # CUDA runtime version'", torch's "CUDA error: ...", nccl-tests, every CUDA sample), and
+    # torch's own check (c10/cuda): "The NVIDIA driver on your system is too old (found version
+    # 10010)"
+    _p(
+        "cuda_driver_too_old",
+        ("driver version is insufficient for CUDA runtime", "driver on your system is too old"),
+        r"CUDA driver version is insufficient for CUDA runtime version"
+        r"|The NVIDIA driver on your system is too old \(found version (?P<found>\d+)\)",
+    ),
     # NCCL §2: the address a rank advertises ("Bootstrap : Using eth0:10.1.2.3<0>").
     _p(
         "nccl_interface",
@@ -1302,6 +1313,27 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?:\[(?:send|receive)\] )?via NET/(?P<net>[^/\s]+)",
         src=int,
         dst=int,
+    ),
+    # a framework's own check that the launched world fits its parallel layout: Megatron-Core's
+    # initialize_model_parallel (parallel_state.py: "world_size (8) is not divisible by
+    # tensor_model_parallel_size (4) x pipeline_model_parallel_size (4)", "... by 2", "... by
+    # expert_tensor_model_pipeline_parallel size (16)"; NeMo, verl, slime, ms-swift...),
+    # TensorRT-LLM's WorldConfig::mpi ("Assertion failed: mpiSize == tp * pp"), vLLM's Ray
+    # executor ("The number of required GPUs exceeds the total number of available GPUs in the
+    # placement group."), vLLM's "please set tensor_parallel_size (8) to less than max local gpu
+    # count (4)", verl's "Total available GPUs 8.0 is less than total desired GPUs 16"
+    _p(
+        "parallel_layout_mismatch",
+        ("is not divisible by", "mpiSize == tp", "required GPUs exceeds the total number",
+         "to less than max local gpu count", "is less than total desired GPUs"),
+        r"(?:decoder )?world_size \((?P<world>\d+)\) is not divisible by (?P<layout>.+)"
+        r"|Assertion failed: (?P<layout2>mpiSize == tp \* pp(?: \* cp)?)"
+        r"|The number of required GPUs exceeds the total number of available GPUs in the "
+        r"(?:placement group|cluster)"
+        r"|please set tensor_parallel_size \((?P<tp>\d+)\) to less than max local gpu count "
+        r"\((?P<gpus>\d+)\)"
+        r"|Total available GPUs (?P<gpus2>[\d.]+) is less than total desired GPUs (?P<want>\d+)",
+        world=int,
     ),
     _p(
         "socket_ifname",
@@ -1485,7 +1517,8 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "cuda_failure",
         ("Cuda failure ", "CUDA IPC handle", "CUDA error: ", "], thread: [", "THCudaCheck FAIL"),
-        r"(?:Cuda failure (?:(?P<code>\d+) )?'(?P<err>[^']*)'"
+        # (nccl-tests' older CUDACHECK put its file:line first: "Cuda failure common.cu:891 '...'")
+        r"(?:Cuda failure (?:(?P<code>\d+) |[\w./-]+:\d+ )?'(?P<err>[^']*)'"
         # torch <= 1.10's THC check (THCGeneral.cpp __THCudaCheck): "THCudaCheck FAIL
         # file=.../Module.cpp line=59 error=101 : invalid device ordinal"
         r"|THCudaCheck FAIL file=\S+ line=\d+ error=(?P<code3>\d+) : (?P<err5>.+)"
@@ -1659,6 +1692,8 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "no_socket_interface": {"failure"},
     "nccl_subnet_mismatch": {"failure"},
     "socket_ifname": {"info"},
+    "parallel_layout_mismatch": {"failure"},
+    "cuda_driver_too_old": {"failure"},
     "nccl_net_channel": {"info"},
     "checkpoint_world_mismatch": {"failure"},
     "launch_nodes": {"info"},

@@ -5,7 +5,9 @@ Ranks or hosts that report different versions: NCCL's "NCCL version 2.21.5+cuda1
 per process from NCCL 2.22) and the version in PyTorch's NCCL errors, NCCL's own "Mismatched
 NCCL version detected" check (2.23.4+), an NCCL that cannot read torch's configuration ("Invalid
 config blocking attribute value -2147483648": an older libnccl than torch's headers) or says its
-CUDA runtime or driver is too old, Ray's refusal of a process whose Ray or Python version
+CUDA runtime or driver is too old, a CUDA driver older than the runtime of the build
+("CUDA driver version is insufficient for CUDA runtime version", torch's "The NVIDIA driver on
+your system is too old"), Ray's refusal of a process whose Ray or Python version
 differs from its cluster's ("Version mismatch: The cluster was started with:"), a build whose
 kernels were not compiled for this GPU ("Cuda failure 'invalid device function'", NCCL's "Cuda
 failure 'named symbol not found'" as it looks its kernels up, "no kernel image
@@ -43,7 +45,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from ddp_autopsy.analyzer.job import Job
-from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, writers_phrase
+from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, ranks_of, writers_phrase
 
 KEYS = ("torch", "nccl", "cuda", "python")
 
@@ -109,6 +111,16 @@ class VersionMismatch(Rule):
                     "NCCL reports a CUDA runtime or driver too old for it: the NCCL, torch and "
                     "CUDA driver of this environment do not belong together")
             yield self.from_rows(builds, f"Mismatched builds: {what}.", shown=2, confidence=0.75)
+            return
+        drivers = job.rows("cuda_driver_too_old")
+        if drivers and not explicit:
+            found = next((r["data"]["found"] for r in drivers if r["data"].get("found")), None)
+            yield self.from_rows(
+                drivers, "The CUDA driver is older than the CUDA runtime this build needs"
+                + (f" (driver version {found})" if found else "") + ": upgrade the driver, or "
+                "install the torch / NCCL build made for the driver's CUDA version "
+                "(`nvidia-smi` shows the highest CUDA version the driver supports).", shown=2,
+                ranks=ranks_of(drivers), confidence=0.85)
             return
         arch = [r for r in job.rows("cuda_failure", "cuda_arch_unsupported")
                 if r["kind"] == "cuda_arch_unsupported" or NO_KERNEL.search(r["text"])]

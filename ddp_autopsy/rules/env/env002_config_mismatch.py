@@ -12,7 +12,10 @@ init refuses a rank outside the communicator: "Invalid rank requested : 2/2". Al
 that asked for a GPU it cannot see ("CUDA error: invalid device ordinal"): more processes per
 node than visible GPUs, or a device index taken from the global rank; a checkpoint sharded for
 another number of model-parallel ranks than the job has (the LLaMA loader's "Loading a checkpoint
-for MP=2 but world size is 1", copied into its many forks). And from Gloo's init
+for MP=2 but world size is 1", copied into its many forks), and a framework's own check that the
+world fits its parallel layout (Megatron-Core's "world_size (8) is not divisible by ...",
+TensorRT-LLM's "mpiSize == tp * pp", vLLM's "required GPUs exceeds the total number of available
+GPUs in the placement group"). And from Gloo's init
 alone: the ranks of one node time out in init_process_group waiting for the store key of a rank
 the job does not have (`keys: /default_pg/0//cpu//0/4` when the launchers started ranks 0-3),
 while the other ranks got past init, or, running on the other nodes, printed no such timeout.
@@ -41,6 +44,7 @@ initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/4
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from datetime import timedelta
@@ -49,7 +53,7 @@ import polars as pl
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
-from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, rank_phrase
+from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, excerpt, rank_phrase
 
 KEYS = ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 #: torch.distributed calls a rank past init_process_group can be blocked in.
@@ -58,6 +62,12 @@ COLLECTIVES = frozenset({
     "reduce_scatter_tensor", "broadcast", "reduce", "gather", "scatter", "barrier",
     "all_to_all", "all_to_all_single", "send", "recv", "all_gather_object",
     "broadcast_object_list", "monitored_barrier", "wait"})
+
+
+#: Where a parallel-layout check's own words start on its line (after prefixes and the
+#: exception's type).
+LAYOUT_WORDS = re.compile(r"(?:decoder )?world_size \(|Assertion failed: mpiSize|The number of "
+                          r"required GPUs|please set tensor_parallel_size|Total available GPUs")
 
 
 class ConfigMismatch(Rule):
@@ -74,6 +84,23 @@ class ConfigMismatch(Rule):
         yield from self._init_waits_beyond(job)
         yield from self._device_ordinal(job)
         yield from self._checkpoint_world(job)
+        yield from self._parallel_layout(job)
+
+    def _parallel_layout(self, job: Job) -> Iterator[Finding]:
+        """A framework's own check that the job's world fits its parallel layout failed
+        (Megatron's "world_size (8) is not divisible by ...", TensorRT-LLM's "mpiSize == tp *
+        pp", vLLM's "required GPUs exceeds ... the placement group"): every rank raises it."""
+        rows = job.rows("parallel_layout_mismatch")
+        if not rows:
+            return
+        text = rows[0]["text"]
+        start = LAYOUT_WORDS.search(text)
+        quote = excerpt(text[start.start() if start else 0:], 160).rstrip(".")
+        yield self.from_rows(
+            rows, f"The job's parallel layout does not fit its world size: "
+            f"{quote}. Launch as many processes (GPUs) as the layout "
+            "needs (tensor x pipeline x expert/context parallel sizes), or shrink the layout to "
+            "the GPUs the job has.", shown=2, ranks=(), confidence=0.8)
 
     def _checkpoint_world(self, job: Job) -> Iterator[Finding]:
         """A checkpoint sharded for N model-parallel ranks loaded by a job of another world
