@@ -275,6 +275,8 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("nccl_connect_failure", "gpu1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
      "exceeded retries (35)", {"n": "35"}),
     ("no_socket_interface", "gpu1:1:1 [0] NCCL WARN Bootstrap : no socket interface found", {}),
+    ("closing_signal", "[2023-09-10 11:45:59,501] [INFO] [launch.py:428:sigkill_handler] Killing "
+     "subprocess 6294", {"pid": 6294}),
     ("cuda_driver_too_old", "idgsim-gpu-001:47744:47744 [0] init.cu:674 WARN Cuda failure 'CUDA "
      "driver version is insufficient for CUDA runtime version'", {}),
     ("cuda_driver_too_old", "RuntimeError: The NVIDIA driver on your system is too old (found "

@@ -770,7 +770,7 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     _p(
         "closing_signal",
-        ("closing signal", "via signal", "forcefully exiting via"),
+        ("closing signal", "via signal", "forcefully exiting via", "Killing subprocess "),
         r"(?:Sending process (?P<pid>\d+) (?:the )?closing signal"
         r"|Closing process (?P<pid2>\d+) via signal"
         # torch.multiprocessing (spawn) tearing the other children down after one failed
@@ -779,11 +779,16 @@ PATTERNS: tuple[Pattern, ...] = (
         # SIGKILL" (torchelastic prints the Signals enum: "via Signals.SIGTERM, ...", and under
         # Python 3.11+ its number: "via 15, forcefully exiting via 9")
         r"|Unable to shutdown process (?P<pid4>\d+) via \S+ ?, forcefully exiting via "
-        r"(?:Signals\.)?(?P<signal2>SIG\w+|\d+)",
+        r"(?:Signals\.)?(?P<signal2>SIG\w+|\d+)"
+        # DeepSpeed's launcher (launcher/launch.py sigkill_handler) after a worker exited
+        # non-zero, for each worker (the failed one too): "Killing subprocess 6293" (SIGTERM to
+        # its process tree, then SIGKILL)
+        r"|(?:sigkill_handler\] |^)Killing subprocess (?P<pid5>\d+)",
         pid=int,
         pid2=int,
         pid3=int,
         pid4=int,
+        pid5=int,
         signal=_signal_field,
     ),
     # torchelastic restarting: "[default] Worker group FAILED. 3/3 attempts left; will restart

@@ -309,15 +309,22 @@ class RankCrashed(Rule):
         workers down after one of them failed, and that one is the worker it did not signal.
         Started one after another, a node's workers usually hold consecutive pids: one missing
         from a run of them is named as the likely one."""
-        rows = [r for r in job.rows("closing_signal") if r["data"].get("signal") == "SIGTERM"]
+        # (DeepSpeed's launcher: "Killing subprocess N", SIGTERM to each worker's tree)
+        rows = [r for r in job.rows("closing_signal") if r["data"].get("signal") == "SIGTERM"
+                or "Killing subprocess" in r["text"]]
         if not rows or job.rows(*kinds_tagged("failure"), "agent_signal", "external_signal"):
             return
+        deepspeed = all("Killing subprocess" in r["text"] for r in rows)
         pids = sorted({r["data"]["pid"] for r in rows if r["data"].get("pid") is not None})
         gaps = [p for p in range(pids[0], pids[-1] + 1) if p not in pids] if pids else []
         hint = (f"; pid {gaps[0]}, missing from the run of pids it stopped "
                 f"({pids[0]}-{pids[-1]}), is most likely that worker" if len(gaps) == 1 else "")
+        if deepspeed:  # (it signals the failed worker too: no gap to read)
+            sent, hint = "DeepSpeed's launcher killed its workers", ""
+        else:
+            sent = "torchelastic's agent sent SIGTERM to the other workers"
         yield self.from_rows(
-            rows, "A worker failed first: torchelastic's agent sent SIGTERM to the other workers "
+            rows, f"A worker failed first: {sent} "
             f"(pids {', '.join(map(str, pids[:8]))}), which it does after one of them fails, and "
             f"that worker's own error is not in the inputs{hint}.", shown=2, ranks=[],
             confidence=0.3, details={"signalled": pids, "missing_pid": gaps[0] if len(gaps) == 1

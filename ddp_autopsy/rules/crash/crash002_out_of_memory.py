@@ -9,7 +9,9 @@ mp.spawn's "terminated with signal SIGKILL", mpirun's or PALS's "rank 12 died fr
 stopped by its
 launcher or scheduler first is reported as the likely work of the host's OOM killer, with a lower
 confidence; so, lower still, is a Ray actor whose process died with no error of its own ("Worker
-exit type: SYSTEM_ERROR"), which Ray itself puts down to the OOM killer first.
+exit type: SYSTEM_ERROR"), which Ray itself puts down to the OOM killer first; and, lowest, a
+launcher's teardown of its workers glued to a checkpoint-loading progress bar ("Loading
+checkpoint shards: 47%|... Sending process N closing signal SIGTERM") with no worker's error.
 
 ## Why it hangs or kills the job
 The rank that runs out of memory dies (or is killed without a traceback); the others block in
@@ -42,6 +44,7 @@ from typing import Any
 
 from ddp_autopsy.analyzer.attribution import ONE_NODE_CUE, SUMMARY_CUE, declared_nodes
 from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.analyzer.ranksets import expand_ranks
 from ddp_autopsy.rules.base import Finding, Rule, ranks_of, subject
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
@@ -63,8 +66,8 @@ class OutOfMemory(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         rows = job.rows("oom")
         if not rows:
-            killed = list(self._killed(job))
-            yield from killed or self._ray_worker_died(job)
+            killed = list(self._killed(job)) or list(self._ray_worker_died(job))
+            yield from killed or self._teardown_while_loading(job)
             return
         ranks = ranks_of(rows) or {int(r["data"]["victim"]) for r in rows
                                    if r["data"].get("victim") is not None} \
@@ -88,6 +91,24 @@ class OutOfMemory(Rule):
         summary += f" (tried to allocate {tried})." if tried else "."
         yield self.from_rows(rows, summary, shown=2, ranks=ranks, confidence=0.9,
                              details={"tried": tried, "kind": kind})
+
+    def _teardown_while_loading(self, job: Job) -> Iterator[Finding]:
+        """The launcher tore its workers down (torchelastic's "Sending process N closing signal
+        SIGTERM", DeepSpeed's "Killing subprocess N") while the ranks were loading the model's
+        checkpoint (the progress bar the teardown line is glued to), and no worker said why:
+        every rank holding the whole checkpoint in host memory at once is how a load most
+        often dies, by the OOM killer, without a word."""
+        rows = [r for r in job.rows("closing_signal")
+                if LOADING_BAR.search(str(r["data"].get("after_bar", "")))]
+        if not rows or job.rows(*kinds_tagged("failure"), "agent_signal", "external_signal"):
+            return
+        bar = " ".join(str(rows[0]["data"]["after_bar"]).split("|")[0].strip("`' ").split())[:80]
+        yield self.from_rows(
+            rows, "A worker died while the ranks were loading the checkpoint (the launcher then "
+            f"stopped the others, its teardown glued to `{bar}`) and left no error of its own: "
+            "most likely the host's OOM killer, every rank holding the whole checkpoint in host "
+            "memory at once.", shown=1, ranks=(), confidence=0.4,
+            details={"kind": "host memory (OOM killer)", "while": "loading the checkpoint"})
 
     @staticmethod
     def _proxy_rank(job: Job, rows: list[dict[str, Any]]) -> set[int]:
@@ -189,3 +210,8 @@ def _unwrapped(row: dict[str, Any], job: Job) -> dict[str, Any]:
     h = head[-1]
     return {**row, "rank": h["rank"], "cue": h["cue"],
             "data": {**row["data"], "local_rank": h["data"]["local_rank"]}}
+
+
+#: A progress bar of a model's checkpoint being loaded (transformers' "Loading checkpoint
+#: shards", safetensors' and the frameworks' own).
+LOADING_BAR = re.compile(r"(?i)loading (?:checkpoint|model|weights|safetensors|pretrained)")
