@@ -275,6 +275,12 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("nccl_connect_failure", "gpu1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
      "exceeded retries (35)", {"n": "35"}),
     ("no_socket_interface", "gpu1:1:1 [0] NCCL WARN Bootstrap : no socket interface found", {}),
+    ("pg_not_destroyed", "[rank0]:[W205 18:00:34.257100231 ProcessGroupNCCL.cpp:1496] Warning: "
+     "WARNING: destroy_process_group() was not called before program exit, which can leak "
+     "resources.", {}),
+    ("watchdog_timeout", "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL("
+     "SeqNum=1, OpType=BROADCAST, Timeout(ms)=1800000) ran for 1800056 millis econds before "
+     "timing out.", {"seq": 1, "op": "BROADCAST"}),
     ("closing_signal", "[2023-09-10 11:45:59,501] [INFO] [launch.py:428:sigkill_handler] Killing "
      "subprocess 6294", {"pid": 6294}),
     ("cuda_driver_too_old", "idgsim-gpu-001:47744:47744 [0] init.cu:674 WARN Cuda failure 'CUDA "

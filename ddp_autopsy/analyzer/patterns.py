@@ -421,7 +421,8 @@ PATTERNS: tuple[Pattern, ...] = (
         r"Work(?:NCCL|HCCL|XCCL)\((?:[^)]*?SeqNum=(?P<seq3>\d+))?(?:[^)]*?OpType=(?P<op3>\w+))?"
         r"(?:[^)]*?NumelIn=(?P<nin3>\d+), ?NumelOut=(?P<nout3>\d+))?"
         r"(?:[^)]*?Timeout\(ms\)=(?P<timeout_ms3>\d+))?"
-        r"[^)]*\)(?: ran for (?P<ran_ms3>\d+) milliseconds|\s*$)"
+        # (a paste may split a word: "ran for 1800056 millis econds")
+        r"[^)]*\)(?: ran for (?P<ran_ms3>\d+)(?= ?m)|\s*$)"
         # the same line cut inside WorkNCCL(...) (a paste's end, a truncated excerpt): its
         # sequence number and op, when shown, still place the rank in the collective
         r"|(?:\[Rank (?P<pgrank4>\d+)\] )?Watchdog caught collective operation timeout:? "
@@ -1340,6 +1341,17 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|Total available GPUs (?P<gpus2>[\d.]+) is less than total desired GPUs (?P<want>\d+)",
         world=int,
     ),
+    # ProcessGroupNCCL's destructor at interpreter exit (torch 2.4+): "WARNING:
+    # destroy_process_group() was not called before program exit, which can leak resources."
+    # Healthy jobs print it; a watchdog that reports itself stuck after it is the teardown's.
+    _p(
+        "pg_not_destroyed",
+        ("destroy_process_group() was not called before program exit",
+         "has NOT been destroyed before we destruct ProcessGroupNCCL"),
+        # (2.4: "process group has NOT been destroyed before we destruct ProcessGroupNCCL")
+        r"destroy_process_group\(\) was not called before program exit"
+        r"|process group has NOT been destroyed before we destruct ProcessGroupNCCL",
+    ),
     _p(
         "socket_ifname",
         ("SOCKET_IFNAME set",),
@@ -1697,6 +1709,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "no_socket_interface": {"failure"},
     "nccl_subnet_mismatch": {"failure"},
     "socket_ifname": {"info"},
+    "pg_not_destroyed": {"info"},
     "parallel_layout_mismatch": {"failure"},
     "cuda_driver_too_old": {"failure"},
     "nccl_net_channel": {"info"},

@@ -224,8 +224,15 @@ class SilentRanks(Rule):
         """ProcessGroupNCCL's heartbeat monitor fired ("watchdog got stuck for 480 seconds
         without making progress", "Heartbeat monitor timed out!") and no rank reported a
         collective timeout: the ranks that printed it were wedged themselves (a CUDA or NCCL
-        call that never returned, a thread holding the GIL), so not even their watchdog ran."""
-        rows = [r for r in job.rows("watchdog_hang") if r["rank"] is not None]
+        call that never returned, a thread holding the GIL), so not even their watchdog ran. Not
+        when it came after the program's exit began ("destroy_process_group() was not called
+        before program exit"): the teardown hung, after the work was done."""
+        # (not after its process group's destructor said the program was exiting: a hang of
+        # the teardown, once the work was done)
+        exiting = {(r["source"], r["rank"]): r["line"] for r in job.rows("pg_not_destroyed")}
+        rows = [r for r in job.rows("watchdog_hang") if r["rank"] is not None
+                and not any(source == r["source"] and line < r["line"]
+                            for (source, _), line in exiting.items())]
         ranks = sorted({r["rank"] for r in rows})
         if not rows or job.crashes.ranks:
             return
