@@ -8,7 +8,8 @@ it in several places; this module folds them into one :class:`GroupTimeline` per
   :mod:`~ddp_autopsy.analyzer.flight_recorder`): every rank's recent collectives with sequence
   numbers, shapes, dtypes, state and the Python call site; ``pg_status`` counters;
 - log events: the NCCL watchdog's timeout (``watchdog_timeout``: op and sequence number per
-  rank) and failure summary (``watchdog_summary``: last enqueued / completed per rank and PG),
+  rank) and failure summary (``watchdog_summary``: last enqueued / completed per rank and PG;
+  so does a rank's report of the dump signal another's timeout sent it, ``dump_signal``),
   the desync report (``desync_not_joined``, ``desync_never_joined``), DETAIL fingerprints
   (``collective_fingerprint_mismatch``) and monitored barriers (``monitored_barrier_failed``);
 - stack dumps, to say where a rank that never joined is instead.
@@ -62,7 +63,7 @@ STALE_S = 30.0
 STRAGGLER_S = 60.0
 #: Log events that say collectives were failing (the job was stuck, not just dumped mid-run).
 HANG_KINDS = kinds_tagged("hang")
-LOG_KINDS = (*HANG_KINDS, *kinds_tagged("mismatch"))
+LOG_KINDS = (*HANG_KINDS, *kinds_tagged("mismatch"), "dump_signal")
 #: ``[PG 1 Rank 0]`` (≈2.2-2.4) and ``[PG ID 1 PG GUID 1(desc) Rank 1]`` (≈2.5+) prefixes.
 PG_PREFIX = re.compile(r"\[PG (?:ID )?(?P<pg>\d+)(?: PG GUID (?P<guid>[^\s(\]]+)"
                        r"(?:\((?P<desc>[^)]*)\))?)? Rank (?P<rank>\d+)\]")
@@ -739,6 +740,12 @@ def _apply_log_row(g: GroupTimeline, row: dict[str, Any]) -> None:
             return
         st = g.ranks.setdefault(rank, RankState(rank=rank))
         st.timed_out_at, st.timed_out_op = d.get("seq"), d.get("op")
+    elif kind == "dump_signal" and rank is not None and d.get("enqueued") is not None:
+        # a rank asked to dump after another's timeout says how far it had got (2.5+: "Last
+        # enqueued NCCL work: 77, last completed NCCL work: 77")
+        st = g.ranks.setdefault(rank, RankState(rank=rank))
+        st.last_issued = max(st.last_issued or -1, d["enqueued"])
+        st.last_completed = max(st.last_completed or -1, d.get("completed", -1))
     elif kind == "desync_not_joined":
         for r in _ints(d.get("ranks", "")):
             st = g.ranks.setdefault(r, RankState(rank=r))

@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from ddp_autopsy.analyzer import collectives
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts
+from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 
 
 class WatchdogLaggard(Rule):
@@ -50,7 +51,9 @@ class WatchdogLaggard(Rule):
 
     def check(self, job: Job) -> Iterator[Finding]:
         report = job.collective_report
-        crashed = set(job.crashes.ranks)
+        # (a rank whose only failure reports a lost peer, after the others' timeout, still lagged)
+        crashed = {r["rank"] for r in job.decoded_rows(job.crashes.events)
+                   if r["rank"] is not None and not CONSEQUENCE.search(r["text"])}
         for g in report.groups:
             if g.fr or g.stuck_at is None:
                 continue

@@ -96,6 +96,8 @@ class SilentRanks(Rule):
             return
         reported = events.filter(pl.col("kind").is_in(REPORTING))
         waiting = set(reported["rank"].drop_nulls().to_list())
+        if waiting:  # (and those whose counters show they issued it: a dump signal's report)
+            waiting |= {r for g in job.collective_report.groups for r in g.waiting}
         timed_out = reported.filter(pl.col("kind").is_in(kinds_tagged("hang")))
         if timed_out.height == 0:
             yield from self._watchdog_stuck(job)

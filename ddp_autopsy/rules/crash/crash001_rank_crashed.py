@@ -141,7 +141,11 @@ class RankCrashed(Rule):
         # Exceptions attributed to a rank, earliest first where clocks say so.
         ranked = [r for r in exceptions if r["rank"] is not None]
         primary = ranked or ([] if failures or spawns else exceptions)
-        roots = [f for f in failures if f["data"].get("root")]
+        # (not a root whose SIGABRT is its own watchdog's: torch ends a process so after a
+        # timeout, and torchelastic's "first observed failure" is then the first such abort)
+        watchdog_aborted = {r["rank"] for r in job.rows(*WATCHDOG_ABORTS)} - {None}
+        roots = [f for f in failures if f["data"].get("root") and not (
+            f["data"].get("exitcode") == -6 and f["data"].get("rank") in watchdog_aborted)]
         if primary:
             primary = earliest_first(primary)
             first = primary[0]
