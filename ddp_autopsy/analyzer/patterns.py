@@ -89,6 +89,14 @@ def _shell_signum(words: str) -> int:
     return _SHELL_SIGNUMS[words]
 
 
+def _signum_of_name(name: str) -> int | str:
+    """A signal's number from its name ("SIGSEGV": 11); an unknown name kept."""
+    try:
+        return int(signal.Signals[name])
+    except KeyError:
+        return name
+
+
 PATTERNS: tuple[Pattern, ...] = (
     # --- rendezvous / TCPStore / sockets -----------------------------------------------------
     # M14, non-libuv: "...failed to bind to [::]:29500 (errno: 98 - Address already in use)."
@@ -726,6 +734,16 @@ PATTERNS: tuple[Pattern, ...] = (
         "*** Process received signal ***",
         r"\[(?P<host>[^:\s\]]+):(?P<pid>\d+)\] \*\*\* Process received signal \*\*\*",
         pid=int,
+    ),
+    # abseil's failure signal handler (absl/debugging/failure_signal_handler.cc), which
+    # TensorFlow, JAX/XLA, Ray's core worker and gRPC-linked launchers install: "*** SIGSEGV
+    # received at time=1775734074 on cpu 19 ***", then "PC: @ 0x... fn()" frames
+    _p(
+        "native_signal",
+        " received at time=",
+        r"\*\*\* (?P<signame>SIG[A-Z]+) received at time=\d+(?: on cpu \d+)? \*\*\*",
+        alias={"signame": "signum"},
+        signum=_signum_of_name,
     ),
     # A shell's report of a child a signal ended (bash's strsignal words, jobs.c): a script's
     # "./run.sh: line 184: 2324239 Aborted (core dumped) python train.py", an interactive

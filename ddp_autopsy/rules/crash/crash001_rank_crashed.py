@@ -457,8 +457,15 @@ class RankCrashed(Rule):
         if exits:
             d, rank = exits[0]["data"], exits[0]["rank"]
             d = {**d, "exitcode": _exit_code(d)}
-            who = f"rank {rank}" if rank is not None else f"local rank {d['local_rank']}" \
-                if d.get("local_rank") is not None else "a worker"
+            lagged = ""
+            if rank is None and exits[0]["kind"] == "native_signal" \
+                    and (laggard := lone_laggard(job)) is not None:
+                # (a native crash no rank is named on, and one rank the others' counters say
+                # stopped short of their collective: that rank's crash)
+                rank = laggard
+                lagged = " (the one rank the others' collective counters say stopped short)"
+            who = f"rank {rank}" if rank is not None else \
+                f"local rank {d['local_rank']}" if d.get("local_rank") is not None else "a worker"
             host = exits[0]["host"] or d.get("host")
             pid = (f" (pid {d['pid']}{' on ' + host if host and rank is None else ''})"
                    if d.get("pid") else "")
@@ -477,10 +484,23 @@ class RankCrashed(Rule):
                    "inputs show (an error before Python ran the script, or output sent "
                    "elsewhere)")
             yield self.finding(
-                f"{who[0].upper()}{who[1:]}{pid} {how}.",
+                f"{who[0].upper()}{who[1:]}{pid}{lagged} {how}.",
                 evidence=[evidence_of(exits[0])], ranks=[rank],
                 hosts=[host], confidence=0.5, ts=exits[0]["ts"],
                 details={"exitcode": d["exitcode"], "local_rank": d.get("local_rank")})
+
+
+def lone_laggard(job: Job) -> int | None:
+    """The one rank the collective report says never joined the stuck collective (without
+    Flight Recorder dumps: the watchdog's counters, the desync report), if exactly one."""
+    lagging = {r for g in job.collective_report.groups if not g.fr for r in g.not_joined}
+    return next(iter(lagging)) if len(lagging) == 1 else None
+
+
+def unranked_native_crash(job: Job) -> bool:
+    """Whether a process died of a fatal signal (its handler's report) and no rank is named
+    on it or on any other crash."""
+    return any(r["rank"] is None for r in job.rows("native_signal")) and not job.crashes.ranks
 
 
 #: Signals a process raises on itself when native code fails, and what they usually mean.
