@@ -6,7 +6,8 @@ collective, but not the same one: one rank in `barrier` while the others are in 
 one in `broadcast` while the others are in `all_gather`, or the same collective called from
 different places in the code. The rule names the odd ranks and both call sites. Without stack
 dumps, the tracebacks the timeout left are the stacks: each rank's last traceback that ends in a
-torch.distributed call says which collective it was blocked in. With as many ranks on each side
+torch.distributed call says which collective it was blocked in (or, for a rank with no such
+traceback, the collective its watchdog timed out in). With as many ranks on each side
 no side is named (but when the two sides are a barrier and another collective, the barrier's
 ranks are, at a lower confidence: a barrier only some ranks reach is the usual way ranks split
 evenly); when a point-to-point call (send, recv) is involved neither is, since
@@ -83,6 +84,13 @@ COLLECTIVE_CALLS = (COLLECTIVES - {"init_process_group", "new_group", "_store_ba
                                    "wait"}) \
     | {"isend", "irecv", "send_object_list", "recv_object_list", "all_reduce_coalesced",
        "all_gather_coalesced"} | {func for _, func in DDP_COLLECTIVES}
+#: ProcessGroupNCCL's OpType names as the torch.distributed call that issues them.
+WATCHDOG_CALLS = {"ALLREDUCE": "all_reduce", "BROADCAST": "broadcast", "ALLGATHER": "all_gather",
+                  "_ALLGATHER_BASE": "all_gather_into_tensor", "REDUCE": "reduce",
+                  "REDUCE_SCATTER": "reduce_scatter", "_REDUCE_SCATTER_BASE":
+                  "reduce_scatter_tensor", "ALLTOALL": "all_to_all", "ALLTOALL_BASE":
+                  "all_to_all_single", "BARRIER": "barrier", "GATHER": "gather",
+                  "SCATTER": "scatter", "SEND": "send", "RECV": "recv"}
 #: torch.distributed's point-to-point calls: a pipeline's stages send and receive by design.
 P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list",
                  "recv_object_list"})
@@ -173,6 +181,14 @@ class RanksInDifferentCollectives(Rule):
         calls: dict[str, list[int]] = defaultdict(list)
         for rank, row in sorted(where.items()):
             calls[row["data"]["frame"]["func"]].append(rank)
+        if where:
+            # (a rank with no such traceback whose watchdog named the collective it timed out
+            # in was in that collective: ProcessGroupNCCL's OpType, as the Python call)
+            for r in job.rows("watchdog_timeout"):
+                call = WATCHDOG_CALLS.get(str(r["data"].get("op")))
+                if call and r["rank"] is not None and r["rank"] not in where:
+                    where[r["rank"]] = r
+                    calls[call].append(r["rank"])
         if len(calls) < 2 or len(where) < 2:
             return
         ordered = sorted(calls, key=lambda op: (-len(calls[op]), op))
@@ -201,8 +217,11 @@ class RanksInDifferentCollectives(Rule):
         else:
             summary = (f"{side(odd[0])[0].upper()}{side(odd[0])[1:]}"
                        + "".join(f"; {side(op)}" for op in odd[1:3])
-                       + f", while {side(top)}, as their last tracebacks show: the collectives "
-                       "do not match." + (BARRIER_GUESS if lone is not None else ""))
+                       + f", while {side(top)}, as their last tracebacks"
+                       + (" and watchdog timeouts" if any(
+                           r["kind"] == "watchdog_timeout" for r in where.values()) else "")
+                       + " show: the collectives do not match."
+                       + (BARRIER_GUESS if lone is not None else ""))
         firsts = [where[calls[op][0]] for op in [*odd[:2], top]]
         yield self.finding(
             summary, evidence=[evidence_of(r) for r in firsts], ranks=odd_ranks,
