@@ -275,6 +275,12 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("nccl_connect_failure", "gpu1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
      "exceeded retries (35)", {"n": "35"}),
     ("no_socket_interface", "gpu1:1:1 [0] NCCL WARN Bootstrap : no socket interface found", {}),
+    ("collective_shape_mismatch", "RuntimeError: Error when verifying shape tensors for collective "
+     "ALLREDUCE on rank 0. This likely indicates that input shapes into the collective are "
+     "mismatched across ranks. Got shapes:  10", {"op": "ALLREDUCE", "by": 0, "shape": "10"}),
+    ("collective_shape_mismatch", "accelerate.utils.operations.DistributedOperationException: "
+     "Cannot apply desired operation due to shape mismatches. All shapes across devices must be "
+     "valid.", {}),
     ("native_signal", "*** SIGSEGV received at time=1775734074 on cpu 19 ***", {"signum": 11}),
     ("pg_not_destroyed", "[rank0]:[W205 18:00:34.257100231 ProcessGroupNCCL.cpp:1496] Warning: "
      "WARNING: destroy_process_group() was not called before program exit, which can leak "

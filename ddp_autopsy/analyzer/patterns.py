@@ -1506,6 +1506,21 @@ PATTERNS: tuple[Pattern, ...] = (
     # same order (runtime/utils.py assert_ints_same_as_other_ranks, from the partitioned-param
     # coordinator's trace): "disagreement between rank0 and rank6: rank0: [ids...], rank6: [...]".
     # Different traces mean different parameter all-gathers: the ranks ran different code.
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL's shape check (ProcessGroupWrapper.cpp): "Error when
+    # verifying shape tensors for collective ALLREDUCE on rank 0. This likely indicates that
+    # input shapes into the collective are mismatched across ranks. Got shapes:  10" (the rank
+    # is the reporting one, the shapes its own); accelerate's debug-mode check
+    # (utils/operations.py verify_operation): "Cannot apply desired operation due to shape
+    # mismatches. All shapes across devices must be valid." (the per-process shapes follow)
+    _p(
+        "collective_shape_mismatch",
+        ("Error when verifying shape tensors for collective",
+         "Cannot apply desired operation due to shape mismatches"),
+        r"Error when verifying shape tensors for collective (?P<op>\w+) on rank (?P<by>\d+)"
+        r"(?:.*?Got shapes:\s*(?P<shape>[^\[]+?)\s*(?:\[|$))?"
+        r"|Cannot apply desired operation due to shape mismatches",
+        by=int,
+    ),
     _p(
         "zero3_trace_mismatch",
         "disagreement between rank0 and rank",
@@ -1778,6 +1793,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "nccl_connect_retry": {"info"},
     "nccl_collective_mismatch": {"failure"},
     "zero3_trace_mismatch": {"failure"},
+    "collective_shape_mismatch": {"failure"},
     "nccl_warn": {"failure"},
     "nccl_teardown": {"failure"},
     "cpp_terminate": {"failure"},

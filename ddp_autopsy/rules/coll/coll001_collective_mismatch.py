@@ -134,6 +134,7 @@ class CollectiveMismatch(Rule):
         yield from self._horovod_split(job)
         yield from self._nccl_check(job)
         yield from self._zero3_traces(job)
+        yield from self._shape_check(job)
         differ = list(self._different_roots(job))
         yield from differ or self._one_host_stall(job)
         yield from self._others_finished(job)
@@ -278,6 +279,32 @@ class CollectiveMismatch(Rule):
             "parameter all-gathers: a data-dependent branch, an MoE expert, or inputs that skip "
             "a module on some ranks.", shown=2, ranks=[], confidence=0.85,
             details={"ranks_compared": [0, *others]})
+
+    def _shape_check(self, job: Job) -> Iterator[Finding]:
+        """A debug mode's own check that the ranks' inputs to a collective have one shape
+        (TORCH_DISTRIBUTED_DEBUG=DETAIL's "Error when verifying shape tensors for collective
+        ALLREDUCE on rank 0", accelerate's "Cannot apply desired operation due to shape
+        mismatches"). Each rank that checks reports its own shape: one shape unlike the others'
+        (three reports or more) names its rank."""
+        rows = job.rows("collective_shape_mismatch")
+        if not rows:
+            return
+        ops = sorted({r["data"]["op"] for r in rows if r["data"].get("op")})
+        shapes = {r["data"]["by"]: " ".join(str(r["data"]["shape"]).split())
+                  for r in rows if r["data"].get("by") is not None and r["data"].get("shape")}
+        odd: list[int] = []
+        if len(shapes) >= 3:
+            counts = Counter(shapes.values())
+            if len(counts) == 2 and min(counts.values()) == 1:
+                lone = min(counts, key=counts.__getitem__)
+                odd = [r for r, v in shapes.items() if v == lone]
+        where = f" {'/'.join(ops)}" if ops else ""
+        seen = "; ".join(f"rank {r}: {v}" for r, v in sorted(shapes.items())[:4])
+        yield self.from_rows(
+            rows, f"The ranks called the collective{where} with inputs of different shapes (the "
+            f"debug mode's shape check failed{': ' + seen if seen else ''}): a size that "
+            "depends on the rank's data, or a different tensor on some ranks.", shown=2,
+            ranks=odd, confidence=0.85, details={"shapes": {str(k): v for k, v in shapes.items()}})
 
     def _nccl_check(self, job: Job) -> Iterator[Finding]:
         """NCCL's own check: "... collective mismatch around rank N" (a rank that called a
