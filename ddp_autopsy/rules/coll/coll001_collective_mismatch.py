@@ -3,7 +3,10 @@
 ## What it detects
 Ranks disagree on the collective they are in: TORCH_DISTRIBUTED_DEBUG=DETAIL's "Detected
 mismatch between collectives on ranks" (op type, tensor shape, dtype or sequence number
-differ), or watchdog timeouts where ranks report different operations for the same sequence
+differ) and its shape check ("Error when verifying shape tensors for collective ALLREDUCE on
+rank 0 ... Got shapes: 10", each rank its own shape: a lone odd shape among three names its
+rank), accelerate's debug mode ("Cannot apply desired operation due to shape mismatches"), or
+watchdog timeouts where ranks report different operations for the same sequence
 number (e.g. rank 0 in REDUCE #3742816 while the others are in _ALLGATHER_BASE #3742816; or the
 same op with another NumelIn), or at
 different sequence numbers of one process group (ranks 1-2 in BROADCAST #532339, rank 0 in
