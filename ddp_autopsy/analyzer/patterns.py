@@ -1414,7 +1414,7 @@ PATTERNS: tuple[Pattern, ...] = (
         "shm_error",
         ("shared memory segment", "failed to extend", "Could not map", "shared memory file",
          "insufficient shared memory", "unable to allocate shared memory", "/dev/shm",
-         "posix_fallocate failed", "memory available in /dev/shm"),
+         "posix_fallocate failed", "memory available in /dev/shm", "unlink shared memory"),
         # (Ray's plasma store, store_runner.cc: "System memory request exceeds memory available
         # in /dev/shm. The request is for N bytes, and the amount available is M bytes.")
         r"(?:System memory request exceeds memory available in /dev/shm"
@@ -1426,7 +1426,11 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|(?:Error: )?Could not map (?P<path3>\S+)|failed to create shared memory file"
         r"|insufficient shared memory|[Uu]nable to allocate shared memory"
         r"|unable to (?:write to|open shared memory object) .*?/dev/shm.*"
-        r"|Call to posix_fallocate failed : (?P<err3>.+))",
+        r"|Call to posix_fallocate failed : (?P<err3>.+)"
+        # the segment gone before NCCL unlinked it (misc/shmutils.cc): "unlink shared memory
+        # /dev/shm/nccl-d5rTd0 failed, error: No such file or directory" (something else
+        # removed it: systemd-logind's RemoveIPC at the user's logout, a cleanup job)
+        r"|unlink shared memory (?P<path4>\S+) failed, error: (?P<err4>.+))",
         errno=int,
         errno2=int,
     ),

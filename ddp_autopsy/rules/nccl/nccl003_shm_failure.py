@@ -3,7 +3,9 @@
 ## What it detects
 NCCL's "Error while creating shared memory segment /dev/shm/nccl-XXXX (size N)", "failed to
 extend /dev/shm/nccl-XXXX to N bytes, error: No space left on device (28)", "attaching to ...
-No such file or directory" (ranks in different IPC namespaces), and the DataLoader's "This might
+No such file or directory" (ranks in different IPC namespaces), "unlink shared memory ... failed,
+error: No such file or directory" (the segment removed under the job: systemd's RemoveIPC), and
+the DataLoader's "This might
 be caused by insufficient shared memory (shm)". Without such a line, a process killed by SIGBUS
 (UCX's "Caught signal 7 (Bus error ...)", exit code -7) is reported at a lower confidence: a
 full /dev/shm is how a training job most often gets a bus error. NCCL's shared-memory transport
@@ -58,6 +60,16 @@ class ShmFailure(Rule):
         texts = " ".join(r["text"] for r in rows)
         if "attaching to" in texts and "No such file" in texts:
             why = "is not shared between the ranks (separate IPC namespaces or containers)"
+        elif "unlink shared memory" in texts and "No such file" in texts:
+            ranks = ranks_of(rows)
+            yield self.from_rows(
+                rows, f"NCCL's shared-memory segments in /dev/shm were removed under "
+                f"{rank_phrase(ranks) if ranks else 'the job'} while it ran (NCCL found them "
+                "gone when it unlinked them): most often systemd-logind's RemoveIPC=yes, when "
+                "the user's last login session ends (set RemoveIPC=no in "
+                "/etc/systemd/logind.conf), or a /dev/shm cleanup job.", shown=2, ranks=ranks,
+                confidence=0.8)
+            return
         elif "No space left" in texts or "creating" in texts or "extend" in texts:
             why = "is too small"
         else:
