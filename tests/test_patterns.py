@@ -275,6 +275,8 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("nccl_connect_failure", "gpu1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
      "exceeded retries (35)", {"n": "35"}),
     ("no_socket_interface", "gpu1:1:1 [0] NCCL WARN Bootstrap : no socket interface found", {}),
+    ("backend_device_mismatch", "RuntimeError: CUDA tensor detected and the MPI used doesn't have "
+     "CUDA-aware MPI support", {}),
     ("shm_error", "gpu12:88213:88213 [3] misc/shmutils.cc:87 NCCL WARN unlink shared memory "
      "/dev/shm/nccl-d5rTd0 failed, error: No such file or directory",
      {"path": "/dev/shm/nccl-d5rTd0", "err": "No such file or directory"}),

@@ -1278,8 +1278,11 @@ PATTERNS: tuple[Pattern, ...] = (
         ("No backend type associated with device type", "Tensors must be CUDA",
          "unsupported device type", "doesn't have NCCL built in", "Tensors must be CPU",
          "ProcessGroupNCCL is only supported with GPUs", "but NCCL support is not compiled",
-         "not supported for the selected backend"),
+         "not supported for the selected backend", "doesn't have CUDA-aware MPI support"),
         r"(?:No backend type associated with device type (?P<device>\w+)"
+        # ProcessGroupMPI given a CUDA tensor (ProcessGroupMPI.cpp checkSingleTensor): "CUDA
+        # tensor detected and the MPI used doesn't have CUDA-aware MPI support"
+        r"|CUDA tensor detected and the MPI used doesn't have CUDA-aware MPI support"
         r"|Tensors must be (?P<need>CUDA|CPU) and dense"
         r"|(?P<pg>ProcessGroup\w+)::(?P<op>\w+): unsupported device type (?P<device2>\w+)"
         r"|Distributed package doesn't have NCCL built in"

@@ -4,7 +4,9 @@
 Collectives on tensors the backend does not support: NCCL with CPU tensors ("No backend type
 associated with device type cpu", older "Tensors must be CUDA and dense"), Gloo with CUDA
 tensors for an op it only has on CPU ("ProcessGroupGloo::reduce_scatter: unsupported device
-type cuda"), or the NCCL backend on a build without it.
+type cuda"), the MPI backend with CUDA tensors and an MPI that is not CUDA-aware ("CUDA tensor
+detected and the MPI used doesn't have CUDA-aware MPI support"), or the NCCL backend on a build
+without it.
 
 ## Why it hangs or kills the job
 The collective raises on the ranks that call it with the wrong device; the other ranks wait in
@@ -63,6 +65,13 @@ class BackendDeviceMismatch(Rule):
                 f"does not have {why}.",
                 evidence=[evidence_of(r) for r in rows[:2]], ranks=ranks, confidence=0.9,
                 ts=first_ts(rows), details={"device": "cpu"})
+            return
+        if any("CUDA-aware MPI" in r["text"] for r in rows):
+            yield self.from_rows(
+                rows, f"{who} ran an MPI-backend collective on CUDA tensors, and the MPI library "
+                "torch was built against is not CUDA-aware: use the NCCL backend for GPU "
+                "tensors, move the tensors to the CPU first, or build against a CUDA-aware MPI.",
+                shown=2, ranks=ranks, confidence=0.9, details={"device": "cuda"})
             return
         yield self.finding(
             f"{who} ran a collective on {what} that its backend does not "
