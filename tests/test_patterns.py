@@ -275,6 +275,13 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("nccl_connect_failure", "gpu1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
      "exceeded retries (35)", {"n": "35"}),
     ("no_socket_interface", "gpu1:1:1 [0] NCCL WARN Bootstrap : no socket interface found", {}),
+    ("ssh_failed", "root@tensorflow-benchmarks-worker-0.tensorflow-benchmarks-worker: Permission "
+     "denied (publickey,password).",
+     {"host": "tensorflow-benchmarks-worker-0.tensorflow-benchmarks-worker"}),
+    ("ssh_failed", "ssh: connect to host node3 port 22: Connection refused",
+     {"host": "node3", "err": "Connection refused"}),
+    ("mpi_daemon_lost", "  Remote daemon: [[43015,0],20] on node train-worker-19",
+     {"node": "train-worker-19"}),
     ("backend_device_mismatch", "RuntimeError: CUDA tensor detected and the MPI used doesn't have "
      "CUDA-aware MPI support", {}),
     ("shm_error", "gpu12:88213:88213 [3] misc/shmutils.cc:87 NCCL WARN unlink shared memory "

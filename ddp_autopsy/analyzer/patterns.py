@@ -1133,6 +1133,30 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     # pdsh (DeepSpeed's default multi-node launcher, its ssh rcmd module) when the command it
     # ran on a host failed there: "pdsh@node0: node1: ssh exited with exit code 1".
+    # OpenSSH's client giving up, as a launcher's ssh prints it (mpirun's rsh agent, pdsh,
+    # DeepSpeed's runner, mpi-operator): "root@worker-0.svc: Permission denied
+    # (publickey,password).", "Host key verification failed.", "ssh: connect to host node3
+    # port 22: Connection refused": nothing started on that host
+    _p(
+        "ssh_failed",
+        ("Permission denied (", "Host key verification failed", "ssh: connect to host ",
+         "was not reachable via ssh"),
+        r"^(?:[\w.-]+@)?(?P<host>[\w.-]+): Permission denied \((?P<methods>[\w,-]+)\)"
+        r"|^Host key verification failed\."
+        r"|ssh: connect to host (?P<host2>\S+) port (?P<port>\d+): (?P<err>.+)"
+        # DeepSpeed's runner checks each hostfile host first (launcher/runner.py): "Using
+        # hostfile at /job/hostfile but host=node7 was not reachable via ssh."
+        r"|but host=(?P<host3>\S+?) was not reachable via ssh",
+    ),
+    # Open MPI's runtime lost a node's daemon (ORTE help-errmgr-base.txt "node-died"; PRRTE
+    # the same): "ORTE has lost communication with a remote daemon." then "  Remote daemon:
+    # [[43015,0],20] on node worker-19": that node died, was killed or fell off the network
+    _p(
+        "mpi_daemon_lost",
+        ("has lost communication with a remote daemon", "Remote daemon: [["),
+        r"(?:ORTE|PRTE|PRRTE) has lost communication with a remote daemon"
+        r"|Remote daemon: \[\[\d+,\d+\],\d+\] on node (?P<node>\S+)",
+    ),
     _p(
         "remote_command_failed",
         "ssh exited with exit code",
@@ -1769,6 +1793,8 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "python_start_failed": {"failure", "crash"},
     "mpi_process_exit": {"failure", "crash"},
     "remote_command_failed": {"failure"},
+    "ssh_failed": {"failure"},
+    "mpi_daemon_lost": {"failure", "crash"},
     "task_start_failed": {"failure"},
     "lightning_deadlock": {"info"},
     "fr_report": {"failure"},

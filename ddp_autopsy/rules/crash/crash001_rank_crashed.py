@@ -9,6 +9,8 @@ re-raised it, or only NCCL's "Cuda failure 700 'an illegal memory access was enc
 its host and pid, with no other failure before it in that file), a process an uncaught C++
 exception aborted ("terminate called after throwing an instance of 'c10::CUDAError'"; not the
 watchdog's DistBackendError, Gloo's enforce failures, nor one whose what() is an NCCL error), a
+node whose Open MPI daemon the launcher lost ("ORTE has lost communication with a remote daemon",
+"Remote daemon: [[43015,0],20] on node worker-19": named by host), a
 process a fatal signal ended
 (a shell's "Aborted (core dumped)", Open MPI's "[host:pid] Signal: Segmentation fault (11)"), or, at
 low confidence, a rank whose traceback a paste cut before its exception line while no rank
@@ -193,6 +195,17 @@ class RankCrashed(Rule):
                 "traceback: a failure in native code (a CUDA or NCCL call, an extension).",
                 shown=2, ranks=ranks, confidence=0.6,
                 details={"exception": first["data"].get("type"), "local_rank": lr})
+            return
+        # Open MPI's runtime lost a node's daemon: the node (its pod) died with its ranks
+        lost = job.rows("mpi_daemon_lost")
+        if lost:
+            nodes = sorted({r["data"]["node"] for r in lost if r["data"].get("node")})
+            yield self.from_rows(
+                lost, "Open MPI's launcher lost its daemon on "
+                + (f"node {', '.join(nodes[:3])}" if nodes else "a node")
+                + ": that node (or its pod) died, was killed or fell off the network, and its "
+                "ranks with it; the others then stop.", shown=2, ranks=(),
+                hosts=nodes, confidence=0.6, details={"nodes": nodes})
             return
         # autograd's anomaly mode reported a backward that raised, its exception cut off
         anomalies = earliest_first(job.rows("autograd_anomaly"))
@@ -577,7 +590,9 @@ WATCHDOG_ABORTS = ("watchdog_timeout", "watchdog_abort", "nccl_teardown")
 #: torchelastic's own modules (its agent, rendezvous, metrics wrappers).
 ELASTIC_CODE = re.compile(r"torch[/\\]distributed[/\\]elastic[/\\]")
 LAUNCHER_CODE = re.compile(
-    r"torch[/\\]distributed[/\\](?:elastic[/\\](?:agent|rendezvous)[/\\]|run\.py$|launch\.py$)")
+    r"torch[/\\]distributed[/\\](?:elastic[/\\](?:agent|rendezvous)[/\\]|run\.py$|launch\.py$)"
+    # the launchers of DeepSpeed (its runner: hostfile, ssh pre-check) and accelerate
+    r"|deepspeed[/\\]launcher[/\\]runner\.py$|accelerate[/\\]commands[/\\]launch\.py$")
 
 
 def launcher_side(frame: object) -> bool:

@@ -3,7 +3,10 @@
 ## What it detects
 PyTorch's c10d could not resolve MASTER_ADDR (or this machine's own host name):
 "The IPv6 network addresses of (HOST, PORT) cannot be retrieved (gai error: -2 - Name or service
-not known)", Python's `socket.gaierror`, or NCCL's "error encountered when getting address info".
+not known)", Python's `socket.gaierror`, or NCCL's "error encountered when getting address info";
+and a launcher's ssh that could not resolve a node ("ssh: Could not resolve hostname worker-5:
+Name or service not known", from mpirun's rsh agent, pdsh or DeepSpeed's runner), which ends
+that launch whatever help text follows it.
 
 ## Why it hangs or kills the job
 c10d retries the lookup until the rendezvous timeout, so the job hangs at start-up and then dies
@@ -62,6 +65,10 @@ class UnresolvedHost(Rule):
         # ..."): it ended that process, whatever the agent did after it (a restart is no progress).
         at = {(r["source"], r["line"]) for r in rows}
         terminal += [r for r in job.rows("exception") if (r["source"], r["line"]) in at]
+        # ssh's own (a launcher's: mpirun's rsh agent, pdsh, DeepSpeed's runner): that ssh never
+        # ran its command, so the daemon or worker on that host never started
+        by_ssh = [r for r in rows if "ssh: Could not resolve hostname" in r["text"]]
+        terminal += by_ssh[:1]
         last_line = max(r["line"] for r in rows)
         source = rows[-1]["source"]
         # A traceback after the last warning: the process died there, even when the paste cuts
@@ -78,7 +85,8 @@ class UnresolvedHost(Rule):
             yield self.finding(
                 f"{named} does not resolve{where} (gai error: "
                 f"{rows[0]['data'].get('msg', 'unknown')}); "
-                f"the rendezvous could not connect.",
+                + ("the launcher's ssh could not reach it, so nothing started there."
+                   if by_ssh and len(by_ssh) == len(rows) else "the rendezvous could not connect."),
                 evidence=evidence, ranks=[r["rank"] for r in rows], hosts=failing,
                 confidence=0.9, ts=first_ts(rows), details={"hosts": hosts},
             )
