@@ -275,6 +275,9 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("nccl_connect_failure", "gpu1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
      "exceeded retries (35)", {"n": "35"}),
     ("no_socket_interface", "gpu1:1:1 [0] NCCL WARN Bootstrap : no socket interface found", {}),
+    ("exception", "[2021-12-14 10:18:27.983077: E /tmp/horovod/common/operations.cc:649] [1]: "
+     "Horovod background loop uncaught exception: CUDA error: invalid configuration argument",
+     {"rank": 1, "type": "Horovod background loop uncaught exception"}),
     ("ssh_failed", "root@tensorflow-benchmarks-worker-0.tensorflow-benchmarks-worker: Permission "
      "denied (publickey,password).",
      {"host": "tensorflow-benchmarks-worker-0.tensorflow-benchmarks-worker"}),

@@ -1137,6 +1137,15 @@ PATTERNS: tuple[Pattern, ...] = (
     # DeepSpeed's runner, mpi-operator): "root@worker-0.svc: Permission denied
     # (publickey,password).", "Host key verification failed.", "ssh: connect to host node3
     # port 22: Connection refused": nothing started on that host
+    # Horovod's background thread died (horovod/common/operations.cc, 0.20+): "[1]: Horovod
+    # background loop uncaught exception: CUDA error: out of memory" (the bracket is the rank):
+    # that rank's own failure, read as its exception
+    _p(
+        "exception",
+        "Horovod background loop uncaught exception",
+        r"\[(?P<rank>\d+)\]: (?P<type>Horovod background loop uncaught exception): (?P<msg>.*)",
+        rank=int,
+    ),
     _p(
         "ssh_failed",
         ("Permission denied (", "Host key verification failed", "ssh: connect to host ",
