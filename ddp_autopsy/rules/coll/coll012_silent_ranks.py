@@ -15,6 +15,9 @@ themselves (a CUDA or NCCL call that never returned, a thread holding the GIL).
 Among several silent ranks none of which left a line, rank 0 alone is named when the timeout is
 in a broadcast (rank 0 is the usual source) or in one of the job's first five collectives (rank
 0 alone preparing data or a model while the others wait in a set-up barrier).
+With no timeout at all: the scheduler's time limit stopped a job in which nothing failed while
+most ranks' last lines are alike ("RANK 7: running step 1/10") and a few ranks' are not; those
+few are named, at a low confidence (a job that runs out its time limit is most often hung).
 
 ## Why it hangs or kills the job
 A collective completes only when every rank enters it. The ranks that timed out were waiting for
@@ -95,6 +98,8 @@ class SilentRanks(Rule):
             yield from barrier
             return
         reported = events.filter(pl.col("kind").is_in(REPORTING))
+        if reported.height == 0:
+            yield from self._behind_at_time_limit(job, events)
         waiting = set(reported["rank"].drop_nulls().to_list())
         if waiting:  # (and those whose counters show they issued it: a dump signal's report)
             waiting |= {r for g in job.collective_report.groups for r in g.waiting}
@@ -250,6 +255,42 @@ class SilentRanks(Rule):
             "py-spy dump --native) shows where.", shown=2, ranks=ranks, confidence=0.35,
             details={"seconds": secs})
 
+    def _behind_at_time_limit(self, job: Job, events: pl.DataFrame) -> Iterator[Finding]:
+        """The scheduler's time limit stopped a job in which nothing failed, and most ranks'
+        last lines are alike ("RANK 7: running step 1/10", numbers aside) while a few ranks'
+        are not: a job that runs out its time limit is most often hung, and those few ranks
+        are where (the rest had moved on to the next step). A rank whose last line is the
+        scheduler's own cancellation printed nothing else there."""
+        limit = [r for r in job.rows("external_signal")
+                 if "TIME LIMIT" in str(r["data"].get("reason", ""))]
+        if not limit or job.rows(*(set(kinds_tagged("failure")) - {"external_signal"})):
+            return
+        ranks = set(events["rank"].drop_nulls().unique().to_list())
+        last = _last_lines(events, ranks)
+        if len(last) < 4:
+            return
+        cancelled = {(r["source"], r["line"]) for r in limit}
+        shape = {r: None if (row["source"], row["line"]) in cancelled else
+                 re.sub(r"\d+", "#", parse_line(row["text"], 2000).body.strip())
+                 for r, row in last.items()}
+        counts = Counter(v for v in shape.values() if v is not None)
+        if not counts:
+            return
+        usual, n = counts.most_common(1)[0]
+        behind = sorted(r for r, v in shape.items() if v != usual)
+        if not behind or len(behind) > max(1, len(last) // 4) or n < 3:
+            return
+        example = next(row for r, row in last.items() if shape[r] == usual)
+        yield self.from_rows(
+            [*limit[:1], *(last[r] for r in behind[:2])],
+            f"The scheduler's time limit stopped a job in which nothing failed, while "
+            f"{rank_phrase(behind)} {'was' if len(behind) == 1 else 'were'} behind the others: "
+            f"{n} ranks' last lines read like "
+            f"`{excerpt(SRUN_LABEL.sub('', parse_line(example['text'], 2000).body), 80)}`, and "
+            f"{rank_phrase(behind)}'s did not. A job that runs out its time limit is most often "
+            "hung: look at what those ranks were doing.", shown=3, ranks=behind,
+            confidence=0.4, details={"behind": behind, "usual_last_line": example["text"][:200]})
+
     def _barrier_root(self, job: Job) -> Iterator[Finding]:
         """A monitored barrier (``dist.monitored_barrier``, or TORCH_DISTRIBUTED_DEBUG=DETAIL's
         check before each collective) that some ranks of the group never reached: its root
@@ -308,6 +349,10 @@ C10D_FILE = "torch/distributed/distributed_c10d.py"
 DDP_COLLECTIVES = {("torch/nn/parallel/distributed.py", "_distributed_broadcast_coalesced"),
                    ("torch/distributed/utils.py", "_sync_module_states"),
                    ("torch/distributed/utils.py", "_sync_params_and_buffers")}
+
+
+#: srun --label's task number before a line ("12: ...").
+SRUN_LABEL = re.compile(r"^\s*\d+: ")
 
 
 def _odd_last_line(events: pl.DataFrame, silent: set[int],
