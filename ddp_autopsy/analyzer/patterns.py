@@ -1146,6 +1146,16 @@ PATTERNS: tuple[Pattern, ...] = (
         r"\[(?P<rank>\d+)\]: (?P<type>Horovod background loop uncaught exception): (?P<msg>.*)",
         rank=int,
     ),
+    # Lightning's / Fabric's device parser (utilities/device_parser.py _sanitize_gpu_ids):
+    # "You requested GPUs: [0, 1]\n But your machine only has: [0]" (1.x "GPUs", 2.x "gpu"),
+    # also inside an exception's repr with a literal "\n": the launch gave the process fewer
+    # GPUs than the Trainer asks for
+    _p(
+        "gpus_requested_unavailable",
+        ("You requested GPUs: [", "You requested gpu: [", "You requested gpus: ["),
+        r"You requested (?:GPUs|gpus?): \[(?P<asked>[^\]]*)\]"
+        r"(?:(?:\\n|\s)*But your machine only has: \[(?P<have>[^\]]*)\])?",
+    ),
     _p(
         "ssh_failed",
         ("Permission denied (", "Host key verification failed", "ssh: connect to host ",
@@ -1803,6 +1813,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "mpi_process_exit": {"failure", "crash"},
     "remote_command_failed": {"failure"},
     "ssh_failed": {"failure"},
+    "gpus_requested_unavailable": {"failure"},
     "mpi_daemon_lost": {"failure", "crash"},
     "task_start_failed": {"failure"},
     "lightning_deadlock": {"info"},

@@ -10,7 +10,9 @@ when ranks build a communicator of different sizes: "Bootstrap Root : mismatch i
 from procs 4 : 8" (≤2.22), "mismatch in info from procs, nranks 4 vs 8" (2.23+), and NCCL's
 init refuses a rank outside the communicator: "Invalid rank requested : 2/2". Also a process
 that asked for a GPU it cannot see ("CUDA error: invalid device ordinal"): more processes per
-node than visible GPUs, or a device index taken from the global rank; a checkpoint sharded for
+node than visible GPUs, or a device index taken from the global rank (likewise a framework's own
+check: Lightning's "You requested GPUs: [0, 1] But your machine only has: [0]"); a checkpoint
+sharded for
 another number of model-parallel ranks than the job has (the LLaMA loader's "Loading a checkpoint
 for MP=2 but world size is 1", copied into its many forks), and a framework's own check that the
 world fits its parallel layout (Megatron-Core's "world_size (8) is not divisible by ...",
@@ -53,7 +55,15 @@ import polars as pl
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
-from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of, excerpt, rank_phrase
+from ddp_autopsy.rules.base import (
+    Evidence,
+    Finding,
+    Rule,
+    evidence_of,
+    excerpt,
+    rank_phrase,
+    ranks_of,
+)
 
 KEYS = ("WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 #: torch.distributed calls a rank past init_process_group can be blocked in.
@@ -129,6 +139,7 @@ class ConfigMismatch(Rule):
         rows = [r for r in job.rows("cuda_failure", "exception", "nccl_error")
                 if "invalid device ordinal" in r["text"]]
         if not rows:
+            yield from self._gpus_requested(job)
             return
         ranks = sorted({r["rank"] for r in rows if r["rank"] is not None})
         who = rank_phrase(ranks) if ranks else "Some ranks"
@@ -138,6 +149,21 @@ class ConfigMismatch(Rule):
             "node than there are visible GPUs (--nproc_per_node, CUDA_VISIBLE_DEVICES), or the "
             "device index comes from the global rank instead of LOCAL_RANK.", shown=2,
             ranks=ranks, confidence=0.8)
+
+    def _gpus_requested(self, job: Job) -> Iterator[Finding]:
+        """A framework's own check that the GPUs it was told to use are visible failed
+        (Lightning's "You requested GPUs: [0, 1] But your machine only has: [0]")."""
+        rows = job.rows("gpus_requested_unavailable")
+        if not rows:
+            return
+        d = rows[0]["data"]
+        have = f" but sees only [{d['have']}]" if d.get("have") is not None else ""
+        yield self.from_rows(
+            rows, f"The training framework was told to use GPUs [{d['asked']}]{have}: the "
+            "launch gives each process fewer GPUs than the Trainer asks for (SLURM's --gres / "
+            "--gpus-per-task, CUDA_VISIBLE_DEVICES, a Ray worker's GPUs). Ask for devices=1 "
+            "per process, or give each process the GPUs it asks for.", shown=2,
+            ranks=ranks_of(rows), confidence=0.8)
 
     def _init_waits_beyond(self, job: Job) -> Iterator[Finding]:
         """Ranks that waited in init_process_group for the address of a rank the job does not
