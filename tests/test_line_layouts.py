@@ -414,7 +414,10 @@ def test_a_rich_box_cut_before_its_exception_is_still_a_failure(tmp_path: Path) 
     (tmp_path / "case").mkdir()
     (tmp_path / "case/train.log").write_text(case.read_text())
     verdict = run(load([tmp_path / "case"])).verdict
-    assert verdict is not None and verdict.rule == "CRASH004"
+    # (a process raised there, its exception line cut: CRASH001's cut traceback, innermost
+    # frame quoted)
+    assert verdict is not None and verdict.rule == "CRASH001"
+    assert verdict.details.get("cut") and verdict.details["frame"]["func"] == "_wrap"
 
 
 def test_frames_through_torch_distributed_without_header_or_exception() -> None:
