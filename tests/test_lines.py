@@ -37,6 +37,9 @@ def test_custom_launcher_template_with_global_rank() -> None:
 
 def test_mpirun_lightning_and_glog_prefixes() -> None:
     assert parse_line("[1,3]<stderr>:boom", 2024).rank == 3
+    # horovodrun's own (Gloo) launcher tags with the rank alone
+    assert (parse_line("[2]<stderr>:boom", 2024).rank,
+            parse_line("[2]<stderr>:boom", 2024).body) == (2, "boom")
     light = parse_line("[rank: 2] Epoch 3 done", 2024)
     assert (light.rank, light.cue, light.body) == (2, "Lightning [rank: N] prefix", "Epoch 3 done")
     glog = parse_line("W1026 03:51:31.222000 2521679 torch/distributed/elastic/multiprocessing/"

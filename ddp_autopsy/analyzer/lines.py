@@ -104,8 +104,8 @@ LAUNCHER = re.compile(r"^\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)(?:[|:](?P<gr>\d
 # ... and torchrun --role "$(hostname -s):" --tee: "[host1:0]" + the text, the role ending in ":"
 # and no colon after the bracket (a local rank of at most three digits: not "[node-0:29500]").
 ROLE_TEE = re.compile(r"^\[(?P<role>[A-Za-z_][\w.-]*):(?P<lr>\d{1,3})\](?!:)")
-# Open MPI --tag-output: "[1,3]<stdout>:"
-MPI = re.compile(r"^\[(?P<job>\d+),(?P<rank>\d+)\]<(?:stdout|stderr)>:\s?")
+# Open MPI --tag-output: "[1,3]<stdout>:"; horovodrun's own (Gloo) launcher: "[3]<stderr>:"
+MPI = re.compile(r"^\[(?:(?P<job>\d+),)?(?P<rank>\d+)\]<(?:stdout|stderr)>:\s?")
 TORCH_RANK = re.compile(r"^\[[Rr]ank(?P<rank>\d+)\]:\s?")  # (some forks print "[Rank7]:")
 # Lightning's rank_prefixed_message: "[rank: 1] msg"; trainers' own loggers: "[RANK 4] msg"
 LIGHTNING = re.compile(r"^\[rank: (?P<rank>\d+)\]\s")
