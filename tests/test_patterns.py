@@ -275,6 +275,10 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("nccl_connect_failure", "gpu1:1:2 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: "
      "exceeded retries (35)", {"n": "35"}),
     ("no_socket_interface", "gpu1:1:1 [0] NCCL WARN Bootstrap : no socket interface found", {}),
+    ("collective_fingerprint_mismatch", "RuntimeError: Detected mismatch between collectives on "
+     "ranks. Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=15, OpType="
+     "ALLREDUCE), but Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=0, "
+     "OpType=REDUCE)", {"r1": 0, "r2": 1}),
     ("gpus_requested_unavailable", "MisconfigurationException('You requested gpu: [0, 1, 2, 3]\\n "
      "But your machine only has: [0]')", {"asked": "0, 1, 2, 3", "have": "0"}),
     ("exception", "[2021-12-14 10:18:27.983077: E /tmp/horovod/common/operations.cc:649] [1]: "
