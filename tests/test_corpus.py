@@ -15,12 +15,12 @@ corpus_score = importlib.util.module_from_spec(spec)
 sys.modules["corpus_score"] = corpus_score  # its dataclasses look their module up
 spec.loader.exec_module(corpus_score)
 
-#: measured 682/779 = 0.875 (567/632 = 0.897 before session 9's blind batches s24-s32, 147
-#: cases; s28's 17 are vendor stacks, HCCL/oneCCL/XLA/Neuron, outside the NCCL/Gloo catalog:
-#: without them 674/762 = 0.885)
-CAUSE_FLOOR = 0.87
-#: Of the cases whose truth names culprit ranks: measured 183/219 = 0.836 (160/185 = 0.865
-#: before s24-s32; 122/138 = 0.884 before s18-s20, whose collectors sought culprit cases).
+#: measured 830/938 = 0.885 (after session 10's blind batches s33-s42, 159 cases; 682/779 =
+#: 0.875 before them; s28's 17 are vendor stacks, HCCL/oneCCL/XLA/Neuron, outside the NCCL/Gloo
+#: catalog: without them 821/921 = 0.891)
+CAUSE_FLOOR = 0.88
+#: Of the cases whose truth names culprit ranks: measured 221/264 = 0.837 (183/219 = 0.836
+#: before s33-s42; 122/138 = 0.884 before s18-s20, whose collectors sought culprit cases).
 CULPRIT_FLOOR = 0.83
 #: Cases with no verdict, each because its log holds no failure line: the failure is only in the
 #: thread's prose (s7-032: slurmd's configuration noise), or the log is progress bars and
@@ -41,12 +41,15 @@ CULPRIT_FLOOR = 0.83
 #: (s28-010, s28-011), the Neuron runtime's "ERROR NRT:" lines (s28-013). NCCL's start-up lines
 #: whose only return trail is its plugin probing, which it goes on past (s31-011: the failure
 #: is in the thread's other excerpt), a launch command whose --master_addr is a file's name
-#: before anything ran (s32-015).
+#: before anything ran (s32-015). A hang with no failure line yet: rank 0 compiling a C++
+#: extension during evaluation (s33-013), NCCL INFO lines and a progress bar one step short of
+#: its end (s34-012); torchelastic 0.2's etcd keep-alive INFO lines (s35-009); Ray marking a
+#: node dead that the reporter shut down on purpose (s41-016: Ray's node-death lines, not read yet).
 SILENT_ALLOWED = {"s6-012", "s7-032", "s9-020", "s9-029", "s11-007", "s11-009", "s11-021",
                   "s14-010", "s14-017", "s14-018", "s14-020", "s15-005", "s15-013", "s19-009",
                   "s21-012", "s21-014", "s22-004", "s22-009", "s22-014", "s27-011", "s28-010",
                   "s28-011", "s28-013", "s28-014", "s29-004", "s31-011",
-                  "s32-015"}
+                  "s32-015", "s33-013", "s34-012", "s35-009", "s41-016"}
 
 
 def test_the_corpus_verdicts_do_not_regress() -> None:
