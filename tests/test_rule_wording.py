@@ -57,3 +57,14 @@ def test_the_same_call_at_other_sequence_numbers_is_said_so() -> None:
 def test_a_teardown_alone_names_the_pid_it_skipped() -> None:
     assert "pid 854278, missing from the run of pids it stopped" in verdict(
         "CRASH001-teardown-only").summary
+
+
+def test_a_full_shm_is_not_read_as_segments_removed_under_the_job() -> None:
+    # (a peer's unlink warning beside the "No space left" extend failure: too small)
+    assert "is too small" in verdict("NCCL003-full-shm-beside-unlink-warning").summary
+    assert "RemoveIPC" in verdict("NCCL003-segment-removed-under-job").summary
+
+
+def test_a_time_limit_names_only_ranks_whose_last_line_came_first() -> None:
+    v = verdict("COLL012-behind-at-time-limit")
+    assert v.ranks == [3] and "running step 1/10`, and rank 3's did not" in v.summary

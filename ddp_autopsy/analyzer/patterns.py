@@ -1133,19 +1133,14 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|spank: required plugin (?P<plugin>\S+): task_init\(\) failed)",
         code=int,
     ),
-    # pdsh (DeepSpeed's default multi-node launcher, its ssh rcmd module) when the command it
-    # ran on a host failed there: "pdsh@node0: node1: ssh exited with exit code 1".
-    # OpenSSH's client giving up, as a launcher's ssh prints it (mpirun's rsh agent, pdsh,
-    # DeepSpeed's runner, mpi-operator): "root@worker-0.svc: Permission denied
-    # (publickey,password).", "Host key verification failed.", "ssh: connect to host node3
-    # port 22: Connection refused": nothing started on that host
     # Horovod's background thread died (horovod/common/operations.cc, 0.20+): "[1]: Horovod
     # background loop uncaught exception: CUDA error: out of memory" (the bracket is the rank):
     # that rank's own failure, read as its exception
     _p(
         "exception",
         "Horovod background loop uncaught exception",
-        r"\[(?P<rank>\d+)\]: (?P<type>Horovod background loop uncaught exception): (?P<msg>.*)",
+        r"(?:\[(?P<rank>\d+)\]: )?(?P<type>Horovod background loop uncaught exception): "
+        r"(?P<msg>.*)",
         rank=int,
     ),
     # Lightning's / Fabric's device parser (utilities/device_parser.py _sanitize_gpu_ids):
@@ -1158,6 +1153,10 @@ PATTERNS: tuple[Pattern, ...] = (
         r"You requested (?:GPUs|gpus?): \[(?P<asked>[^\]]*)\]"
         r"(?:(?:\\n|\s)*But your machine only has: \[(?P<have>[^\]]*)\])?",
     ),
+    # OpenSSH's client giving up, as a launcher's ssh prints it (mpirun's rsh agent, pdsh,
+    # DeepSpeed's runner, mpi-operator): "root@worker-0.svc: Permission denied
+    # (publickey,password).", "Host key verification failed.", "ssh: connect to host node3
+    # port 22: Connection refused": nothing started on that host
     _p(
         "ssh_failed",
         ("Permission denied (", "Host key verification failed", "ssh: connect to host ",
@@ -1178,6 +1177,8 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?:ORTE|PRTE|PRRTE) has lost communication with a remote daemon"
         r"|Remote daemon: \[\[\d+,\d+\],\d+\] on node (?P<node>\S+)",
     ),
+    # pdsh (DeepSpeed's default multi-node launcher, its ssh rcmd module) when the command it
+    # ran on a host failed there: "pdsh@node0: node1: ssh exited with exit code 1".
     _p(
         "remote_command_failed",
         "ssh exited with exit code",

@@ -4,8 +4,7 @@
 Ranks disagree on the collective they are in: TORCH_DISTRIBUTED_DEBUG=DETAIL's "Detected
 mismatch between collectives on ranks" (op type, tensor shape, dtype or sequence number
 differ) and its shape check ("Error when verifying shape tensors for collective ALLREDUCE on
-rank 0 ... Got shapes: 10", each rank its own shape: a lone odd shape among three names its
-rank), accelerate's debug mode ("Cannot apply desired operation due to shape mismatches"), or
+rank 0 ... Got shapes: 10": no rank named), accelerate's debug mode ("Cannot apply desired operation due to shape mismatches"), or
 watchdog timeouts where ranks report different operations for the same sequence
 number (e.g. rank 0 in REDUCE #3742816 while the others are in _ALLGATHER_BASE #3742816; or the
 same op with another NumelIn), or at
@@ -287,27 +286,18 @@ class CollectiveMismatch(Rule):
         """A debug mode's own check that the ranks' inputs to a collective have one shape
         (TORCH_DISTRIBUTED_DEBUG=DETAIL's "Error when verifying shape tensors for collective
         ALLREDUCE on rank 0", accelerate's "Cannot apply desired operation due to shape
-        mismatches"). Each rank that checks reports its own shape: one shape unlike the others'
-        (three reports or more) names its rank."""
+        mismatches"). No rank is named: each reporting rank prints its own shape tensor, one
+        element a line, which the lines after the message (each with its own prefix) do not
+        give back reliably."""
         rows = job.rows("collective_shape_mismatch")
         if not rows:
             return
         ops = sorted({r["data"]["op"] for r in rows if r["data"].get("op")})
-        shapes = {r["data"]["by"]: " ".join(str(r["data"]["shape"]).split())
-                  for r in rows if r["data"].get("by") is not None and r["data"].get("shape")}
-        odd: list[int] = []
-        if len(shapes) >= 3:
-            counts = Counter(shapes.values())
-            if len(counts) == 2 and min(counts.values()) == 1:
-                lone = min(counts, key=counts.__getitem__)
-                odd = [r for r, v in shapes.items() if v == lone]
         where = f" {'/'.join(ops)}" if ops else ""
-        seen = "; ".join(f"rank {r}: {v}" for r, v in sorted(shapes.items())[:4])
         yield self.from_rows(
             rows, f"The ranks called the collective{where} with inputs of different shapes (the "
-            f"debug mode's shape check failed{': ' + seen if seen else ''}): a size that "
-            "depends on the rank's data, or a different tensor on some ranks.", shown=2,
-            ranks=odd, confidence=0.85, details={"shapes": {str(k): v for k, v in shapes.items()}})
+            "debug mode's shape check failed): a size that depends on the rank's data, or a "
+            "different tensor on some ranks.", shown=2, ranks=(), confidence=0.85)
 
     def _nccl_check(self, job: Job) -> Iterator[Finding]:
         """NCCL's own check: "... collective mismatch around rank N" (a rank that called a

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from ddp_autopsy.analyzer import collectives
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts
-from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE, unranked_native_crash
+from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE, laggard_native_crash
 
 
 class WatchdogLaggard(Rule):
@@ -60,7 +60,7 @@ class WatchdogLaggard(Rule):
             lagging = {r: last for r, last in g.not_joined.items() if r not in crashed}
             if not lagging or not g.waiting:
                 continue
-            if len(lagging) == 1 and unranked_native_crash(job):
+            if set(lagging) == {laggard_native_crash(job)}:
                 continue  # the lone laggard's process crashed (CRASH001 names it)
             rows = g.log_rows
             who = collectives.rank_list(lagging)

@@ -91,6 +91,17 @@ WATCHDOG_CALLS = {"ALLREDUCE": "all_reduce", "BROADCAST": "broadcast", "ALLGATHE
                   "reduce_scatter_tensor", "ALLTOALL": "all_to_all", "ALLTOALL_BASE":
                   "all_to_all_single", "BARRIER": "barrier", "GATHER": "gather",
                   "SCATTER": "scatter", "SEND": "send", "RECV": "recv"}
+#: The OpTypes a torch.distributed call may show in ProcessGroupNCCL's watchdog line.
+CALL_OPS = {call: {op} for op, call in WATCHDOG_CALLS.items()}
+CALL_OPS["barrier"] = {"ALLREDUCE", "BARRIER"}
+CALL_OPS["monitored_barrier"] = {"ALLREDUCE", "BARRIER"}
+CALL_OPS["all_gather_into_tensor"] = {"_ALLGATHER_BASE", "ALLGATHER_INTO_TENSOR_COALESCED"}
+CALL_OPS["reduce_scatter_tensor"] = {"_REDUCE_SCATTER_BASE", "REDUCE_SCATTER_TENSOR_COALESCED"}
+for _call in ("_distributed_broadcast_coalesced", "_sync_module_states", "_sync_params_and_buffers",
+              "broadcast_object_list"):
+    CALL_OPS[_call] = {"BROADCAST"}
+CALL_OPS["all_reduce_coalesced"] = {"ALLREDUCE", "ALLREDUCE_COALESCED"}
+CALL_OPS["all_gather_object"] = {"ALLGATHER"}
 #: torch.distributed's point-to-point calls: a pipeline's stages send and receive by design.
 P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list",
                  "recv_object_list"})
@@ -184,8 +195,15 @@ class RanksInDifferentCollectives(Rule):
         if where:
             # (a rank with no such traceback whose watchdog named the collective it timed out
             # in was in that collective: ProcessGroupNCCL's OpType, as the Python call)
-            for r in job.rows("watchdog_timeout"):
-                call = WATCHDOG_CALLS.get(str(r["data"].get("op")))
+            # (the same collective as a traceback's when its OpType is what that call issues:
+            # a barrier is NCCL's one-element ALLREDUCE, DDP's buffer sync a BROADCAST)
+            timeouts = job.rows("watchdog_timeout")
+            # (a collective number a traceback's rank also timed out at is that rank's call)
+            traced = {r["data"].get("seq") for r in timeouts if r["rank"] in where} - {None}
+            for r in timeouts:
+                op = str(r["data"].get("op"))
+                call = next((c for c in calls if op in CALL_OPS.get(c, ())), None) \
+                    or (None if r["data"].get("seq") in traced else WATCHDOG_CALLS.get(op))
                 if call and r["rank"] is not None and r["rank"] not in where:
                     where[r["rank"]] = r
                     calls[call].append(r["rank"])

@@ -238,8 +238,7 @@ class SilentRanks(Rule):
         # the teardown, once the work was done)
         exiting = {(r["source"], r["rank"]): r["line"] for r in job.rows("pg_not_destroyed")}
         rows = [r for r in job.rows("watchdog_hang") if r["rank"] is not None
-                and not any(source == r["source"] and line < r["line"]
-                            for (source, _), line in exiting.items())]
+                and not exiting.get((r["source"], r["rank"]), r["line"]) < r["line"]]
         ranks = sorted({r["rank"] for r in rows})
         if not rows or job.crashes.ranks:
             return
@@ -277,8 +276,13 @@ class SilentRanks(Rule):
         if not counts:
             return
         usual, n = counts.most_common(1)[0]
-        behind = sorted(r for r, v in shape.items() if v != usual)
-        if not behind or len(behind) > max(1, len(last) // 4) or n < 3:
+        # (behind: its last line came before every usual one's, in one file or by the clock;
+        # a rank whose last line is the cancellation itself says nothing either way)
+        usual_rows = [row for r, row in last.items() if shape[r] == usual]
+        others = [r for r, v in shape.items() if v is not None and v != usual]
+        behind = sorted(r for r in others if all(_before(last[r], row) for row in usual_rows))
+        if not behind or len(behind) != len(others) or n < 3 \
+                or len(behind) > max(1, len(last) // 4):
             return
         example = next(row for r, row in last.items() if shape[r] == usual)
         yield self.from_rows(
@@ -416,15 +420,23 @@ def collective_frames(job: Job) -> dict[int, dict[str, Any]]:
 
 
 def _last_lines(events: pl.DataFrame, ranks: set[int]) -> dict[int, dict[str, Any]]:
-    """Each rank's last line as the line reader recorded it (the latest when it has several)."""
+    """Each rank's last line as the line reader recorded it (the latest when it has several:
+    by the clock, else the later line of one file)."""
     rows = events.filter((pl.col("kind") == "last_line") & pl.col("rank").is_in(list(ranks)))
     out: dict[int, dict[str, Any]] = {}
     for row in rows.iter_rows(named=True):
         prev = out.get(row["rank"])
-        if prev is None or (row["ts"] is not None
-                            and (prev["ts"] is None or row["ts"] >= prev["ts"])):
+        if prev is None or _before(prev, row):
             out[row["rank"]] = row
     return out
+
+
+def _before(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether line ``a`` was written before line ``b``: by the clock when both have one, else
+    by the line numbers of one file (lines of two files without clocks: not known, False)."""
+    if a["ts"] is not None and b["ts"] is not None:
+        return a["ts"] < b["ts"]
+    return a["source"] == b["source"] and a["line"] < b["line"]
 
 
 def _collective(job: Job, timeouts: list[dict[str, Any]]) -> str:

@@ -250,11 +250,11 @@ class RankCrashed(Rule):
         # (an NCCL_DEBUG line names its host and pid, not always its rank)
         # (nor its host: a process's, when nothing else failed before it in its file and no
         # rank is named failing)
+        ranked_failure = any(f["rank"] is not None for f in job.rows(*kinds_tagged("failure")))
         fatal = earliest_first(
             [r for r in sticky if r["rank"] is not None]
             or [r for r in sticky if r["host"] and not _after_failure(job, r)]
-            or [r for r in sticky if not _after_failure(job, r) and not any(
-                f["rank"] is not None for f in job.rows(*kinds_tagged("failure")))])
+            or [r for r in sticky if not ranked_failure and not _after_failure(job, r)])
         if fatal:
             ranks = {r["rank"] for r in fatal} - {None}
             first = fatal[0]
@@ -472,7 +472,8 @@ class RankCrashed(Rule):
             d = {**d, "exitcode": _exit_code(d)}
             lagged = ""
             if rank is None and exits[0]["kind"] == "native_signal" \
-                    and (laggard := lone_laggard(job)) is not None:
+                    and (laggard := lone_laggard(job)) is not None \
+                    and before_timeouts(job, exits[0]):
                 # (a native crash no rank is named on, and one rank the others' counters say
                 # stopped short of their collective: that rank's crash)
                 rank = laggard
@@ -510,10 +511,25 @@ def lone_laggard(job: Job) -> int | None:
     return next(iter(lagging)) if len(lagging) == 1 else None
 
 
-def unranked_native_crash(job: Job) -> bool:
-    """Whether a process died of a fatal signal (its handler's report) and no rank is named
-    on it or on any other crash."""
-    return any(r["rank"] is None for r in job.rows("native_signal")) and not job.crashes.ranks
+def before_timeouts(job: Job, row: dict[str, Any]) -> bool:
+    """Whether ``row`` came before every collective timeout of its file (by line), or of the
+    job (by the clock): a crash then, not a timeout's fallout."""
+    timeouts = job.rows("watchdog_timeout", "watchdog_summary")
+    return all((t["source"] != row["source"] or t["line"] > row["line"])
+               and (t["ts"] is None or row["ts"] is None or t["ts"] >= row["ts"])
+               for t in timeouts)
+
+
+def laggard_native_crash(job: Job) -> int | None:
+    """The lone laggard's rank when a process died of a fatal signal (its handler's report)
+    before the collective timeouts, and no rank is named on it or on any other crash: that
+    crash is the laggard's (CRASH001 names it; COLL009 leaves it)."""
+    if job.crashes.ranks:
+        return None
+    native = [r for r in job.rows("native_signal") if r["rank"] is None]
+    if not native or not before_timeouts(job, native[0]):
+        return None
+    return lone_laggard(job)
 
 
 #: Signals a process raises on itself when native code fails, and what they usually mean.
@@ -586,9 +602,9 @@ CPP_CONSEQUENCE = re.compile(r"DistBackendError|DistNetworkError|DistStoreError|
 #: What torch's watchdog prints before it takes its process down.
 WATCHDOG_ABORTS = ("watchdog_timeout", "watchdog_abort", "nccl_teardown")
 
-#: Where the launcher's own code raises: torchelastic's agent and rendezvous, torchrun itself.
 #: torchelastic's own modules (its agent, rendezvous, metrics wrappers).
 ELASTIC_CODE = re.compile(r"torch[/\\]distributed[/\\]elastic[/\\]")
+#: Where the launcher's own code raises: torchelastic's agent and rendezvous, torchrun itself.
 LAUNCHER_CODE = re.compile(
     r"torch[/\\]distributed[/\\](?:elastic[/\\](?:agent|rendezvous)[/\\]|run\.py$|launch\.py$)"
     # the launchers of DeepSpeed (its runner: hostfile, ssh pre-check) and accelerate

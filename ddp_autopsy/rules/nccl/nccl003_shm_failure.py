@@ -60,7 +60,7 @@ class ShmFailure(Rule):
         texts = " ".join(r["text"] for r in rows)
         if "attaching to" in texts and "No such file" in texts:
             why = "is not shared between the ranks (separate IPC namespaces or containers)"
-        elif "unlink shared memory" in texts and "No such file" in texts:
+        elif all("unlink shared memory" in r["text"] for r in rows) and "No such file" in texts:
             ranks = ranks_of(rows)
             yield self.from_rows(
                 rows, f"NCCL's shared-memory segments in /dev/shm were removed under "

@@ -106,8 +106,10 @@ class PortInUse(Rule):
     def _listen_failed_reason_cut(self, job: Job) -> Iterator[Finding]:
         """The store's "failed to listen on any local network address" with its reason cut
         from the inputs (a paste ending at "code: -9"): a used port, most often."""
+        # (cut: no code at all, or "-9" at the line's end, the start of "-98" EADDRINUSE)
         rows = [r for r in job.rows("listen_failed") if "to listen on any local" in r["text"]
-                and (r["data"].get("errno") is None or CODE_AT_END.search(r["text"]))]
+                and (r["data"].get("errno") is None
+                     or (r["data"].get("errno") == 9 and CODE_AT_END.search(r["text"])))]
         if not rows:
             return
         ports = sorted({int(m.group(1)) for r in rows if (m := LISTEN_PORT.search(r["text"]))})
