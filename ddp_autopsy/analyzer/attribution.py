@@ -276,16 +276,14 @@ def gathered_group_size(events: pl.DataFrame) -> int | None:
     """The largest group size a timed-out all-gather or reduce-scatter shows by its sizes
     (``OpType=ALLGATHER, NumelIn=43, NumelOut=172``: 4 ranks), else None. A group's size is
     at most the world's, so this is a lower bound of the world size."""
-    rows = events.filter(pl.col("kind") == "watchdog_timeout")
-    sizes = [0]
-    for text in rows["data"].drop_nulls().to_list():
-        d = json.loads(text)
-        nin, nout = d.get("nin"), d.get("nout")
-        if not (isinstance(nin, str | int) and isinstance(nout, str | int)):
-            continue
-        nin, nout = int(nin), int(nout)
-        small, big = (nin, nout) if d.get("op") in GATHERS else \
-            (nout, nin) if d.get("op") in SCATTERS else (0, 0)
-        if small > 0 and big % small == 0:
-            sizes.append(big // small)
-    return max(sizes) if max(sizes) >= 2 else None
+    data = pl.col("data")
+    op = data.str.json_path_match("$.op")
+    nin = data.str.json_path_match("$.nin").cast(pl.Int64, strict=False)
+    nout = data.str.json_path_match("$.nout").cast(pl.Int64, strict=False)
+    small = pl.when(op.is_in(list(GATHERS))).then(nin).when(op.is_in(list(SCATTERS))).then(nout)
+    big = pl.when(op.is_in(list(GATHERS))).then(nout).when(op.is_in(list(SCATTERS))).then(nin)
+    size = (events.lazy().filter(pl.col("kind") == "watchdog_timeout")
+            .select(small.alias("small"), big.alias("big"))
+            .filter((pl.col("small") > 0) & (pl.col("big") % pl.col("small") == 0))
+            .select((pl.col("big") // pl.col("small")).max()).collect().item())
+    return int(size) if size is not None and size >= 2 else None

@@ -143,6 +143,8 @@ class Job:
         default=None, init=False, repr=False)
     _restarts: tuple[pl.DataFrame, dict[str, int]] | None = field(default=None, init=False,
                                                                    repr=False)
+    _world: tuple[pl.DataFrame, int | None] | None = field(default=None, init=False,
+                                                           repr=False)
 
     def frame(self, name: str) -> pl.DataFrame:
         return getattr(self, name)
@@ -322,7 +324,12 @@ class Job:
 
     @property
     def world_size(self) -> int | None:
-        """The job's world size where any input states it."""
+        """The job's world size where any input states it (computed once per events frame)."""
+        if self._world is None or self._world[0] is not self.events:
+            self._world = (self.events, self._world_size())
+        return self._world[1]
+
+    def _world_size(self) -> int | None:
         sizes: list[int] = []
         for b in self.bundles:
             ws = (b.manifest.get("job") or {}).get("world_size")

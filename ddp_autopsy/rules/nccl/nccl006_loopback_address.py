@@ -46,11 +46,17 @@ from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, evidence_of
 
 BRIDGES = (ipaddress.ip_network("172.17.0.0/16"), ipaddress.ip_network("192.168.122.0/24"))
+#: The IPv4 prefixes of the loopback, bridge and link-local networks above (a string test
+#: first: ipaddress is slow to ask a thousand ranks' addresses).
+IPV4_UNREACHABLE = ("127.", "172.17.", "192.168.122.", "169.254.")
 
 
 @functools.lru_cache(maxsize=4096)  # (asked per rank: a 1024-rank job has a few addresses)
 def unreachable_kind(addr: str, ifname: str = "") -> str | None:
     """'loopback' / 'container bridge' for addresses other hosts cannot reach, else None."""
+    if not ifname.startswith(("lo", "docker", "virbr")) and "." in addr and ":" not in addr \
+            and not addr.startswith(IPV4_UNREACHABLE):
+        return None  # (the common case, decided without parsing: a routable IPv4 address)
     try:
         ip = ipaddress.ip_address(addr.split("%")[0])
     except ValueError:
