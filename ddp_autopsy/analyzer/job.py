@@ -170,6 +170,7 @@ class Job:
         self._rows.clear()
         self._decoded.clear()
         self._history = None
+        self._world = None
 
     @property
     def stack_tree(self) -> StackTree:
