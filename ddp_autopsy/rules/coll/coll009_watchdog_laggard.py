@@ -52,6 +52,8 @@ class WatchdogLaggard(Rule):
     def check(self, job: Job) -> Iterator[Finding]:
         report = job.collective_report
         # (a rank whose only failure reports a lost peer, after the others' timeout, still lagged)
+        # (a lone laggard whose process crashed: CRASH001 names it)
+        crashed_laggard = laggard_native_crash(job)
         crashed = {r["rank"] for r in job.decoded_rows(job.crashes.events)
                    if r["rank"] is not None and not CONSEQUENCE.search(r["text"])}
         for g in report.groups:
@@ -60,8 +62,8 @@ class WatchdogLaggard(Rule):
             lagging = {r: last for r, last in g.not_joined.items() if r not in crashed}
             if not lagging or not g.waiting:
                 continue
-            if set(lagging) == {laggard_native_crash(job)}:
-                continue  # the lone laggard's process crashed (CRASH001 names it)
+            if set(lagging) == {crashed_laggard}:
+                continue
             rows = g.log_rows
             who = collectives.rank_list(lagging)
             lasts = sorted(set(lagging.values()))

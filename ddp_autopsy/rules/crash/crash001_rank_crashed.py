@@ -472,8 +472,7 @@ class RankCrashed(Rule):
             d = {**d, "exitcode": _exit_code(d)}
             lagged = ""
             if rank is None and exits[0]["kind"] == "native_signal" \
-                    and (laggard := lone_laggard(job)) is not None \
-                    and before_timeouts(job, exits[0]):
+                    and (laggard := laggard_native_crash(job)) is not None:
                 # (a native crash no rank is named on, and one rank the others' counters say
                 # stopped short of their collective: that rank's crash)
                 rank = laggard

@@ -93,6 +93,7 @@ class ConfigMismatch(Rule):
         yield from self._nccl_invalid_rank(job)
         yield from self._init_waits_beyond(job)
         yield from self._device_ordinal(job)
+        yield from self._gpus_requested(job)
         yield from self._checkpoint_world(job)
         yield from self._parallel_layout(job)
 
@@ -134,12 +135,8 @@ class ConfigMismatch(Rule):
         process cannot see): more processes per node than visible GPUs (`--nproc_per_node` above
         the GPU count, a CUDA_VISIBLE_DEVICES narrower than the launch), or a device index
         computed from the global rank instead of the local one."""
-        # (nccl-tests' CUDACHECK says it too: "node1: Test CUDA failure common.cu:963 'invalid
-        # device ordinal'")
-        rows = [r for r in job.rows("cuda_failure", "exception", "nccl_error")
-                if "invalid device ordinal" in r["text"]]
+        rows = _invalid_ordinal(job)
         if not rows:
-            yield from self._gpus_requested(job)
             return
         ranks = sorted({r["rank"] for r in rows if r["rank"] is not None})
         who = rank_phrase(ranks) if ranks else "Some ranks"
@@ -154,8 +151,8 @@ class ConfigMismatch(Rule):
         """A framework's own check that the GPUs it was told to use are visible failed
         (Lightning's "You requested GPUs: [0, 1] But your machine only has: [0]")."""
         rows = job.rows("gpus_requested_unavailable")
-        if not rows:
-            return
+        if not rows or _invalid_ordinal(job):
+            return  # (CUDA's own "invalid device ordinal" says it first: _device_ordinal's)
         d = rows[0]["data"]
         have = f" but sees only [{d['have']}]" if d.get("have") is not None else ""
         yield self.from_rows(
@@ -334,3 +331,11 @@ class ConfigMismatch(Rule):
             ranks=missing, confidence=0.8,
             details={"duplicated": dups, "missing": missing, "world_size": world},
         )
+
+
+def _invalid_ordinal(job: Job) -> list[dict]:
+    """CUDA's "invalid device ordinal", as torch, NCCL or nccl-tests report it."""
+    # (nccl-tests' CUDACHECK says it too: "node1: Test CUDA failure common.cu:963 'invalid
+    # device ordinal'")
+    return [r for r in job.rows("cuda_failure", "exception", "nccl_error")
+            if "invalid device ordinal" in r["text"]]
