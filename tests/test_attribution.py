@@ -192,3 +192,35 @@ def test_other_collectives_and_odd_sizes_give_no_group_size() -> None:
                           ("BROADCAST", 10, 40)):
         assert A.gathered_group_size(frame(("out.log", GATHER.format(
             op=op, nin=nin, nout=nout), {}))) is None
+
+
+CHANNEL = "{h}:{p}:{t} [{d}] NCCL INFO Channel 00/0 : {a}[{d}] -> {b}[{e}] {via}"
+SHM_WARN = "{h}:{p}:{t} [{d}] include/shm.h:42 NCCL WARN Cuda failure 'invalid argument'"
+
+
+def test_nccl_channel_set_up_names_its_process() -> None:
+    # the sender of a P2P/SHM/[send] channel, the receiver of a [receive] one
+    lines = [CHANNEL.format(h="n1", p=70, t=71, d=2, a=2, b=3, e=3, via="via P2P/IPC"),
+             CHANNEL.format(h="n1", p=80, t=81, d=3, a=9, b=3, e=1, via="[receive] via NET/IB/0"),
+             SHM_WARN.format(h="n1", p=70, t=71, d=2), IB.format(h="n1", p=80, d=3)]
+    df = A.resolve(frame(("n1.log", "\n".join(lines), {})))
+    assert ranks(df, "cuda_failure") == [(2, A.CHANNEL_CUE)]
+    assert ranks(df, "network_error") == [(3, A.CHANNEL_CUE)]
+
+
+def test_nccl_channels_of_two_communicator_sizes_name_nobody() -> None:
+    # a sub-communicator's channel ranks are not the job's: with two sizes in the inputs, the
+    # channel line's communicator is not known
+    lines = [INIT.format(h="n1", p=90, d=1, r=5, n=8), INIT.format(h="n1", p=91, d=2, r=1, n=2),
+             CHANNEL.format(h="n1", p=70, t=71, d=2, a=1, b=0, e=0, via="via P2P/IPC"),
+             SHM_WARN.format(h="n1", p=70, t=71, d=2)]
+    df = A.resolve(frame(("n1.log", "\n".join(lines), {})))
+    assert ranks(df, "cuda_failure") == [(None, None)]
+
+
+def test_nccl_channel_rank_never_overrides_the_world_communicator() -> None:
+    lines = [INIT.format(h="n1", p=77, d=1, r=3, n=8),
+             CHANNEL.format(h="n1", p=77, t=78, d=1, a=0, b=1, e=2, via="via P2P/IPC"),
+             IB.format(h="n1", p=77, d=1)]
+    df = A.resolve(frame(("n1.log", "\n".join(lines), {})))
+    assert ranks(df, "network_error") == [(3, A.PID_CUE)]

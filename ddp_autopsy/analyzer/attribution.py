@@ -10,7 +10,9 @@ from such a mapping, and only when it is unambiguous; the ``cue`` column says wh
    lines that name their rank directly agree with them on at least two writers (or the only
    one), disagree nowhere, and no torchrun runs inside the tasks (no ``[default0]:`` prefixes);
 2. NCCL communicator init (``comm 0x.. rank R nranks N ... Init COMPLETE``) gives the world rank
-   R of that process when N is the largest communicator of the job;
+   R of that process when N is the largest communicator of the job; failing that, its channel
+   set-up lines (``2[2] -> 3[3] via P2P/IPC``: the sender's) do, when the inputs show one
+   communicator size at most;
 3. within a file, a writer (its prefixes, and its pid when known) maps to the one rank its
    ranked lines name; across files, (host, pid) does (NCCL ``host:pid:tid`` prefixes,
    NCCL_DEBUG_FILE names, torchelastic failure summaries, collect bundles);
@@ -51,6 +53,7 @@ STREAM_TASK = r"(?:^|\|)t=(\d+)"
 TASK_CUE = "srun --label task id (confirmed by ranked lines)"
 SLOT_CUE = "launcher prefix [N]: (confirmed by ranked lines)"
 NCCL_CUE = "NCCL comm init (world communicator)"
+CHANNEL_CUE = "NCCL channel set-up of the process"
 STREAM_CUE = "launcher prefix mapped via [rankN] lines"
 PID_CUE = "same process (pid) as ranked lines"
 SUMMARY_CUE = "torchelastic failure summary"
@@ -58,7 +61,7 @@ ONE_NODE_CUE = "local rank on the only node the inputs show"
 SUMMARY_LOCAL_CUE = "local rank named by the file's torchelastic failure summary"
 CONTIGUOUS_CUE = "local rank + the file's node offset (torchrun numbers a node contiguously)"
 #: Rows whose host, pid and rank describe one process, though another one wrote the line.
-PROCESS_CUES = (*WRITER_CUES, SUMMARY_CUE, TASK_CUE, SLOT_CUE, NCCL_CUE)
+PROCESS_CUES = (*WRITER_CUES, SUMMARY_CUE, TASK_CUE, SLOT_CUE, NCCL_CUE, CHANNEL_CUE)
 
 _TMP = ("_task", "_slot", "_host", "_launcher")
 
@@ -91,7 +94,7 @@ def resolve(events: pl.DataFrame, processes: pl.DataFrame | None = None) -> pl.D
         ).filter(pl.col("rank").is_not_null())
     df = _fill(df, ["_host", "pid"], pl.col("cue").is_in([*PROCESS_CUES, PID_CUE]), PID_CUE,
                extra)
-    return _one_node(_contiguous(_summary_locals(df)), processes).drop(_TMP)
+    return _one_node(_contiguous(_summary_locals(_nccl_channels(df))), processes).drop(_TMP)
 
 
 def _fill(df: pl.DataFrame, keys: list[str], known: pl.Expr, cue: str,
@@ -156,6 +159,36 @@ def _nccl_world(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(fill).then(pl.lit(NCCL_CUE)).otherwise(pl.col("cue")).alias("cue"),
         pl.when(fill).then(comm_rank).otherwise(pl.col("rank")).alias("rank"),
     )
+
+
+def _nccl_channels(df: pl.DataFrame) -> pl.DataFrame:
+    """A process that nothing else ranks takes the one rank its NCCL channel set-up lines give
+    it (``me``: the sender of "2[2] -> 3[3] via P2P", the receiver of "[receive] via NET"),
+    when the inputs show one communicator size at most (a sub-communicator's ranks are not the
+    job's: with several sizes in the inputs, a channel's communicator is not known)."""
+    channel = (pl.col("kind") == "nccl_channel") & pl.col("pid").is_not_null()
+    if df.select(channel.any()).item() is not True:
+        return df
+    sizes = (df.filter(pl.col("kind") == "nccl_comm_init")
+             .select(pl.col("data").str.json_path_match("$.nranks").n_unique()).item())
+    if sizes > 1:
+        return df
+    keys = ["_host", "pid"]
+    ranked = df.filter(pl.col("rank").is_not_null() & pl.col("pid").is_not_null()).select(keys)
+    me = pl.col("data").str.json_path_match("$.me").cast(pl.Int64, strict=False)
+    mapping = (df.filter(channel).select(*keys, me.alias("_me")).drop_nulls("_me")
+               .join(ranked, on=keys, how="anti", nulls_equal=True)
+               .group_by(keys).agg(pl.col("_me").unique())
+               .filter(pl.col("_me").list.len() == 1)
+               .select(*keys, pl.col("_me").list.first().alias("_mapped")))
+    if mapping.height == 0:
+        return df
+    df = df.join(mapping, on=keys, how="left", maintain_order="left", nulls_equal=True)
+    fill = pl.col("rank").is_null() & pl.col("_mapped").is_not_null()
+    return df.with_columns(
+        pl.when(fill).then(pl.lit(CHANNEL_CUE)).otherwise(pl.col("cue")).alias("cue"),
+        pl.coalesce("rank", "_mapped").alias("rank"),
+    ).drop("_mapped")
 
 
 def _one_node(df: pl.DataFrame, processes: pl.DataFrame | None) -> pl.DataFrame:

@@ -42,6 +42,7 @@ from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
+from ddp_autopsy.analyzer.ranksets import subject
 from ddp_autopsy.rules.base import Finding, Rule, ending
 
 
@@ -117,6 +118,18 @@ class NcclConnectionFailure(Rule):
         if not rows or not at_setup(job) or job.crashes.ranks - _reporters(rows):
             return  # (a rank that crashed by itself closed its connections: CRASH001's)
         errors = sorted({str(r["data"]["err"]).strip() for r in rows if r["data"].get("err")})
+        verbs = sorted({str(r["data"].get("verb")) for r in rows})
+        if set(verbs) <= LOCAL_VERBS:
+            # (a call on the process's own device, no peer in it: the reporter is where)
+            ranks = _reporters(rows)
+            yield self.from_rows(
+                rows, f"{subject(ranks, 'A process')} could not create {'its' if len(ranks) <= 1 else 'their'} "
+                f"InfiniBand resources ({', '.join(verbs)} failed) while NCCL connected the "
+                "communicators: a call on the local device, no peer in it (most often the "
+                "locked-memory limit, `ulimit -l`, in the container or job, or the device's "
+                "queue and memory-region limits).", shown=2, ranks=ranks, confidence=0.6,
+                details={"errors": errors, "verbs": verbs, "at_setup": True})
+            return
         yield self.from_rows(
             rows, "NCCL ranks could not connect to each other while setting up their "
             f"communicators{': ' + '; '.join(errors[:3]) if errors else ''}.", shown=2,
@@ -199,6 +212,9 @@ def at_setup(job: Job) -> bool:
 
 #: ibverbs calls NCCL's IB transport makes only while connecting two ranks.
 QP_SETUP_VERBS = frozenset({"ibv_create_qp", "ibv_modify_qp", "ibv_create_cq", "ibv_alloc_pd"})
+#: ibverbs calls on the process's own device alone (no peer's address or queue pair in them).
+LOCAL_VERBS = frozenset({"ibv_create_cq", "ibv_alloc_pd", "ibv_create_qp", "ibv_reg_mr",
+                         "ibv_reg_mr_iova2", "ibv_reg_dmabuf_mr"})
 
 
 def _reporters(rows: list[dict]) -> set[int]:
