@@ -8,7 +8,9 @@ abort", a handshake with the wrong magic (a stray client or a peer with another 
 failed proxy calls, and a log that ends in NCCL's connect retries ("Call to connect returned
 Connection refused, retrying", 2.4–2.15: the last attempt is never announced), and a connection
 that failed or closed while the communicators were set up (NCCL's return chain through
-bootstrap.cc / init.cc, a traceback through DDP's first collectives, a refused connection). With
+bootstrap.cc / init.cc, a traceback through DDP's first collectives, a refused connection; when
+the call that failed is an ibverbs call on the process's own device, "Call to ibv_create_cq
+failed", the process that printed it is named: no peer was in it). With
 none of these, and NCCL's WARN lines not in the inputs, a bare
 "NCCL error ...: unhandled system error" (a system call failed) of a job the inputs show on
 more than one host, or only its return chain through NCCL's socket or bootstrap code ("NCCL
