@@ -332,6 +332,9 @@ TAIL_NAMES = 20_000
 @dataclass
 class _State:
     prefix: FilePrefix = NO_PREFIX
+    #: NCCL processes (``host:pid`` of their prefix) whose communicator init this file showed:
+    #: their channel set-up lines say nothing more (see :func:`_redundant_channel`).
+    comm_inits: set[str] = field(default_factory=set)
     #: The progress bar the message being classified was glued to, if any.
     glued_to: str | None = None
     #: Per (stream, rank): the last non-blank line (line, text, its LineInfo).
@@ -403,6 +406,32 @@ def _spent(found: frozenset[str], raw: str, state: _State) -> bool:
 @functools.lru_cache(maxsize=1024)
 def _kinds(found: frozenset[str]) -> str:
     return "/".join(sorted({p.kind for p in _patterns_for(found)}))
+
+
+#: NCCL_CHANNEL's needles but the one another pattern shares (its lines are classified anyway).
+_CHANNEL_ONLY = frozenset(NCCL_CHANNEL.needles) - {
+    n for p in P.PATTERNS for n in p.needles}
+NCCL_COMM_INIT_NEEDLES = frozenset(NCCL_COMM_INIT.needles)
+_PROCESS_NEEDLES = _CHANNEL_ONLY | NCCL_COMM_INIT_NEEDLES
+
+
+def _nccl_process(raw: str) -> str | None:
+    """``host:pid`` of an NCCL line's ``host:pid:tid`` prefix (its first word), else None."""
+    head = raw.split(" ", 1)[0]
+    process, _, tid = head.rpartition(":")
+    return process if tid.isdigit() and process.rpartition(":")[2].isdigit() else None
+
+
+def _redundant_channel(found: frozenset[str], raw: str, state: _State) -> bool:
+    """Whether a line is an NCCL channel set-up line of a process whose communicator init this
+    file already showed (the init names its rank; a job prints thousands of channel lines):
+    notes the process of an init line as it goes."""
+    if found <= _CHANNEL_ONLY:
+        process = _nccl_process(raw)
+        return process is not None and process in state.comm_inits
+    if found & NCCL_COMM_INIT_NEEDLES and (process := _nccl_process(raw)) is not None:
+        state.comm_inits.add(process)
+    return False
 
 
 def _looks_binary(head: bytes) -> bool:
@@ -1633,6 +1662,8 @@ def _scan(fh: IO[bytes] | None, ctx: FileContext, notes: list[InputNote], stats:
             state.block_start, state.block = line_no, sifted
             for line, raw, found in rows:
                 if state.spent and _spent(found, raw, state):
+                    continue
+                if found & _PROCESS_NEEDLES and _redundant_channel(found, raw, state):
                     continue
                 _classify(line_no + line - sifted.base + 1, raw.rstrip("\r"), found, ctx, state,
                           events)
