@@ -517,3 +517,18 @@ def test_pytest_failure_report_is_read_as_its_content(tmp_path: Path) -> None:
     assert [r["line"] for r in kinds(rows, "traceback")] == [4]
     (frag,) = kinds(rows, "traceback_fragment")
     assert data(frag)["frame"]["file"].endswith("torch/utils/data/dataloader.py")
+
+
+def test_rich_frame_header_wrapped_inside_its_line_number() -> None:
+    """rich 15 wraps a long header at any character: "...module.py:" then "7 in _wrap" (which
+    is no numbered code line)."""
+    header = "/very/long/path/site-packages/torch/distributed/fsdp/wrap_policy_modules.py:7 in _wrap"
+    width = (header.index(":7 ") + 1) // 2  # two full lines, then "7 in _wrap"
+    pieces = [header[i:i + width] for i in range(0, len(header), width)]
+    body = [*pieces, "", '❱  7 │   │   raise OutOfMemoryError("CUDA out of memory")']
+    box = ["╭" + " Traceback (most recent call last) ".center(width + 2, "─") + "╮",
+           *(f"│ {x.ljust(width)} │" for x in body), "╰" + "─" * (width + 2) + "╯",
+           "OutOfMemoryError: CUDA out of memory."]
+    assert box[2].endswith(".py: │") and box[3].startswith("│ 7 in _wrap ")
+    (exc,) = kinds(scan("".join(f"{x}\n" for x in box)), "exception")
+    assert data(exc)["frame"] == {"file": header.split(":")[0], "line": 7, "func": "_wrap"}

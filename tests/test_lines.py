@@ -230,3 +230,11 @@ def test_vllm_v1_worker_prefix_names_its_tensor_parallel_rank() -> None:
     info = parse_line("(VllmWorker TP3 pid=408) INFO 08-25 12:24:19 [multiproc_executor.py:520] "
                       "Parent process exited, terminating worker", 2025)
     assert (info.rank, info.pid) == (3, 408)
+
+
+def test_log_collector_host_after_its_stamp() -> None:
+    info = parse_line("2026-01-09 17:40:31.169213 master-0 >> [rank7]: RuntimeError: x", 2026)
+    assert (info.host, info.rank, info.body) == ("master-0", 7, "RuntimeError: x")
+    assert info.ts is not None
+    # without the stamp, ">>" is text (a shell prompt, a quoted redirect)
+    assert parse_line("master-0 >> RuntimeError: x", 2026).host is None

@@ -133,6 +133,8 @@ ISO = re.compile(
     r"^ ?\[?(?P<date>\d{4}-\d\d-\d\d)[T ](?P<hms>\d\d:\d\d(?::\d\d)?)(?:[.,](?P<frac>\d+))?"
     r"(?P<zone>Z|[+-]\d\d:?\d\d)?\]?\s+(?:[-|]\s+)?"
 )
+# A log collector's host or pod after its stamp: "2026-01-09 17:40:31.169213 master-0 >> msg"
+COLLECTOR_HOST = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9_.-]{0,62}) >> ")
 # DeepSpeed's logger, after its "[date] [LEVEL] ": "[engine.py:1234:__init__] "
 DEEPSPEED_SRC = re.compile(r"^\[[\w.-]+\.py:\d+:[\w<>]+\]\s")
 # NCCL: "host:pid:tid [dev] NCCL INFO ..."; 2.26+ may stamp it: "[2025-05-01 10:11:12] host:...".
@@ -236,6 +238,9 @@ def has_box(block: bytes) -> bool:
 _BOX = r"^(?P<_pre>[^│╭╰]*)(?P<_edge>[│╭╰])(?P<_body>.*)[│╮╯][ \t\r]*$"
 _BOX_CODE = r"^(?:❱ +)?[0-9]+(?: |$)|^[│╭╰]"  # a numbered code line, a nested panel (locals)
 _BOX_HEADER = r"^\S.*:[0-9]+ in \S+$|^in \S+:[0-9]+$"
+#: A frame header's last piece when the box wrapped it inside its line number ("...py:" then
+#: "7 in _wrap"): no code line (Python has no statement "in name").
+_BOX_HEADER_END = r"^[0-9]+ in [\w<>.]+$"
 _TRACEBACK = "Traceback (most recent call last):"
 
 
@@ -262,7 +267,8 @@ def unbox(frame: pl.DataFrame) -> pl.DataFrame:
                  c("_pre").str.replace_all("[0-9]", "").alias("_shape"),  # prefixes, no stamps
              ).with_columns(
                  (c("_side") & (c("_content") == "")).alias("_blank"),
-                 (c("_side") & c("_content").str.contains(_BOX_CODE)).alias("_code"),
+                 (c("_side") & c("_content").str.contains(_BOX_CODE)
+                  & ~c("_content").str.contains(_BOX_HEADER_END)).alias("_code"),
              ).with_columns((c("_side") & ~c("_blank") & ~c("_code")).alias("_textual")))
     # The box line n lines away is the writer's physical line n lines away.
     near = {n: ((c("_i").shift(-n) == c("_i") + n) & (c("_shape").shift(-n) == c("_shape")))
@@ -544,6 +550,11 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
             info.level = info.level or LEVELS.get(m.group("level"))
             body = body[m.end() :]
             stamped = False
+            continue
+        if stamped and ">> " in body[:66] and (m := COLLECTOR_HOST.match(body)):
+            info.host = info.host or m.group("host")
+            parts.append(f"h={m.group('host')}")
+            body = body[m.end() :]
             continue
         stamped = False
         m = LAUNCHER.match(body)
