@@ -1328,10 +1328,14 @@ PATTERNS: tuple[Pattern, ...] = (
     # DDP's construction check: the ranks built different models.
     _p(
         "ddp_model_mismatch",
-        ("DDP expects same model across all ranks", "appears not to match sizes of the same param"),
+        ("DDP expects same model across all ranks", "appears not to match sizes of the same param",
+         "appears not to match strides of the same param"),
+        # (reducer.cpp verify_params_across_processes: the parameter count, then each one's
+        # sizes, then its strides: "params[127] in this process with sizes [256, 256, 1, 1]
+        # appears not to match strides of the same param in process 0.")
         r"(?:DDP expects same model across all ranks, but Rank (?P<r1>\d+) has (?P<n1>\d+) params, "
         r"while rank (?P<r2>\d+) has inconsistent (?P<n2>\d+) params"
-        r"|appears not to match sizes of the same param in process (?P<r3>\d+))",
+        r"|appears not to match (?P<what>sizes|strides) of the same param in process (?P<r3>\d+))",
         alias={"r3": "r2"},
         r1=int,
         r2=int,
@@ -1434,14 +1438,20 @@ PATTERNS: tuple[Pattern, ...] = (
         r"\((?P<try>\d+)/(?!(?P=try)\))(?P<max>\d+)\))",
         max=int,
     ),
-    # Backend and tensor device disagree: NCCL with CPU tensors, Gloo with CUDA ones.
+    # Backend and tensor device disagree: NCCL with CPU tensors, Gloo with CUDA ones; or the
+    # backend lacks the collective (c10d Backend.hpp's default body of each collective: "Backend
+    # gloo does not support alltoall"; ProcessGroup.hpp before 2.0: "ProcessGroup gloo does not
+    # support ..."; not "does not support monitoredBarrier", which says which backend does)
     _p(
         "backend_device_mismatch",
         ("No backend type associated with device type", "Tensors must be CUDA",
          "unsupported device type", "doesn't have NCCL built in", "Tensors must be CPU",
          "ProcessGroupNCCL is only supported with GPUs", "but NCCL support is not compiled",
-         "not supported for the selected backend", "doesn't have CUDA-aware MPI support"),
+         "not supported for the selected backend", "doesn't have CUDA-aware MPI support",
+         "does not support "),
         r"(?:No backend type associated with device type (?P<device>\w+)"
+        r"|(?:Backend|ProcessGroup) (?P<backend2>\w+) does not support (?!monitoredBarrier)"
+        r"(?P<op2>\w+)\b"
         # ProcessGroupMPI given a CUDA tensor (ProcessGroupMPI.cpp checkSingleTensor): "CUDA
         # tensor detected and the MPI used doesn't have CUDA-aware MPI support"
         r"|CUDA tensor detected and the MPI used doesn't have CUDA-aware MPI support"

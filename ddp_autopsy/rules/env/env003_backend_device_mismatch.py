@@ -5,8 +5,9 @@ Collectives on tensors the backend does not support: NCCL with CPU tensors ("No 
 associated with device type cpu", older "Tensors must be CUDA and dense"), Gloo with CUDA
 tensors for an op it only has on CPU ("ProcessGroupGloo::reduce_scatter: unsupported device
 type cuda"), the MPI backend with CUDA tensors and an MPI that is not CUDA-aware ("CUDA tensor
-detected and the MPI used doesn't have CUDA-aware MPI support"), or the NCCL backend on a build
-without it.
+detected and the MPI used doesn't have CUDA-aware MPI support"), the NCCL backend on a build
+without it, or a collective the backend does not implement at all ("Backend gloo does not
+support alltoall", c10d's Backend.hpp; "ProcessGroup gloo does not support ..." before 2.0).
 
 ## Why it hangs or kills the job
 The collective raises on the ranks that call it with the wrong device; the other ranks wait in
@@ -72,6 +73,18 @@ class BackendDeviceMismatch(Rule):
                 "torch was built against is not CUDA-aware: use the NCCL backend for GPU "
                 "tensors, move the tensors to the CPU first, or build against a CUDA-aware MPI.",
                 shown=2, ranks=ranks, confidence=0.9, details={"device": "cuda"})
+            return
+        lacking = [r["data"] for r in rows if "does not support" in r["text"]
+                   and r["data"].get("op") and r["data"].get("backend")]
+        if lacking and len(lacking) == len(rows):
+            backend, op = lacking[0]["backend"], lacking[0]["op"]
+            yield self.from_rows(
+                rows, f"{who} called {op} on a {backend} process group, which {backend} does "
+                f"not implement: run that collective on a backend that has it (NCCL for CUDA "
+                "tensors, with `init_process_group(backend='cpu:gloo,cuda:nccl')` for mixed "
+                f"jobs), or replace it with collectives {backend} has (all_gather for "
+                "all_to_all on CPU).", shown=2, ranks=ranks, confidence=0.85,
+                details={"backend": backend, "op": op})
             return
         yield self.finding(
             f"{who} ran a collective on {what} that its backend does not "

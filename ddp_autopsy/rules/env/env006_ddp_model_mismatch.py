@@ -3,9 +3,11 @@
 ## What it detects
 `DistributedDataParallel` compares the parameters of every rank's model when it is built
 (`_verify_param_shape_across_processes`): "DDP expects same model across all ranks, but Rank 2 has
-6 params, while rank 0 has inconsistent 4 params", or, for a parameter of another shape, "...
-appears not to match sizes of the same param in process 0". Every rank raises it, each naming
-another rank; the rank whose count the others do not share is the odd one.
+6 params, while rank 0 has inconsistent 4 params", or, for a parameter of another shape or
+memory layout, "... appears not to match sizes (strides) of the same param in process 0". Every
+rank raises it, each naming the first rank that differs from it; the rank whose count the others
+do not share, or that two reports name, or whose model has no parameters at all, is the odd one
+(one report alone names no rank otherwise: either side of it may be).
 
 ## Why it hangs or kills the job
 DDP all-reduces gradients bucket by bucket in parameter order: ranks with different parameters
@@ -64,14 +66,23 @@ class DdpModelMismatch(Rule):
             if rest and n > rest[0][1]:
                 odd = sorted(rank for rank, p in params.items() if p != common)
         if not odd and named:
+            # (each rank names the first rank that differs from it: one report alone cannot
+            # say which of the two is the odd one, two reports naming one rank can)
             (rank, votes), *rest = named.most_common()
-            odd = [rank] if not rest or votes > rest[0][1] else []
+            odd = [rank] if votes >= 2 and (not rest or votes > rest[0][1]) else []
+        empty = [rank for rank, p in params.items() if p == 0]
+        if not odd and len(empty) == 1 and len(params) > 1:
+            odd = empty  # (a model with no parameters at all is the one that went wrong)
         what = (f"{rank_phrase(odd)} built a different model than the others" if odd
                 else "The ranks built different models")
         sizes = ", ".join(f"rank {r}: {p}" for r, p in sorted(params.items()))
+        strides = all(r["data"].get("what") == "strides" for r in rows)
         yield self.finding(
             f"{what[0].upper()}{what[1:]}: DDP's check of the parameters failed at construction"
-            + (f" (parameters per rank: {sizes})." if sizes else "."),
+            + (f" (parameters per rank: {sizes})." if sizes else
+               " (a parameter's strides differ: the same shapes in another memory format, "
+               "channels_last on some ranks, or a tensor loaded into it on some ranks only)."
+               if strides else "."),
             evidence=[evidence_of(r) for r in sorted(
                 rows, key=lambda r: r["rank"] not in odd)[:2]],
             ranks=odd, confidence=0.9, ts=first_ts(rows),
