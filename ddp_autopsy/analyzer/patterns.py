@@ -157,7 +157,7 @@ PATTERNS: tuple[Pattern, ...] = (
     _p(
         "unresolved_host",
         ("gaierror", "getting address info", "host not found: ", "Could not resolve hostname",
-         "nslookup: can't resolve '"),
+         "nslookup: can't resolve '", "failed to connect/validate to host"),
         r"(?:socket\.gaierror: \[Errno (?P<gai>-?\d+)\] (?P<msg>.+)"
         r"|error encountered when getting address info : (?P<msg2>.+)"
         # torch <= 1.8 (c10d Utils): "ValueError: host not found: Name or service not known"
@@ -167,8 +167,17 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|ssh: Could not resolve hostname (?P<host>[^:\s]+(?::\d+)?): (?P<msg4>.+)"
         # entrypoint scripts probing the master (busybox): "nslookup: can't resolve
         # 'job-master-0': Name does not resolve" ('(null)': the variable was empty)
-        r"|nslookup: can't resolve '(?P<host2>[^']+)'(?:: (?P<msg5>.+))?)",
+        r"|nslookup: can't resolve '(?P<host2>[^']+)'(?:: (?P<msg5>.+))?"
+        # TCPStore's client (torch 2.4+ TCPStore.cpp TCPClient::connect): "TCP client failed to
+        # connect/validate to host {}:{} - retrying (try={}, timeout={}ms, delay={}ms): {}" and
+        # "... - timed out (try={}, timeout={}ms): {}", the socket's own error last; only a
+        # resolver's error here (a refused or timed-out connect is the master's: RDZV003)
+        r"|TCP client failed to connect/validate to host (?P<host3>\S+?):(?P<port>\d+) - "
+        r"(?:(?:retrying|timed out) \([^)]*\): )?(?P<msg6>[^\n]*?(?:Name or service not known"
+        r"|Temporary failure in name resolution|nodename nor servname provided"
+        r"|No address associated with hostname|Name does not resolve)[^\n]*))",
         gai=int,
+        port=int,
     ),
     # Markers of a (re)start: a later start with no failure after it supersedes earlier failures.
     _p(
@@ -1570,6 +1579,14 @@ PATTERNS: tuple[Pattern, ...] = (
         max=int,
         node_rank=int,
     ),
+    # torchelastic's launch_agent (launcher/api.py) when the launch gave an empty rendezvous id
+    # ("--rdzv_id=$SLURM_JOB_ID" with the variable unset): "config has no run_id, generated a
+    # random run_id: 174580650467654300307713793029077439978", each node its own
+    _p(
+        "random_run_id",
+        "generated a random run_id",
+        r"config has no run_id, generated a random run_id: (?P<run_id>\S+)",
+    ),
     # NCCL §3.5
     _p(
         "duplicate_gpu",
@@ -1963,6 +1980,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "nccl_net_channel": {"info"},
     "checkpoint_world_mismatch": {"failure"},
     "launch_nodes": {"info"},
+    "random_run_id": {"info"},
     "visible_devices": {"info"},
     "nccl_interface": {"info"},
     "nccl_version": {"info"},

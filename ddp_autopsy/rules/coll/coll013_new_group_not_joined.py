@@ -47,8 +47,11 @@ class NewGroupNotJoined(Rule):
 
     def check(self, job: Job) -> Iterator[Finding]:
         done = {r["data"].get("key") for r in job.rows("store_barrier_done")}
-        rows = [r for r in job.rows("store_barrier_wait")
-                if (barrier_key(r) or 0) > 1 and r["data"]["joined"] < r["data"]["world"]
+        # (the barrier's progress lines, or its timeout: "Timed out initializing process group
+        # in store based barrier on rank: 7, for key: store_based_barrier_key:32 (...)")
+        rows = [r for r in job.rows("store_barrier_wait", "store_clients_timeout")
+                if (barrier_key(r) or 0) > 1 and r["data"].get("rank") is not None
+                and r["data"]["joined"] < r["data"]["world"]
                 and r["data"].get("key") not in done]
         if not rows:
             return

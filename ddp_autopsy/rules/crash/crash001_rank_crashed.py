@@ -83,7 +83,9 @@ CONSEQUENCE = re.compile(
     r"|wait timeout after|Resource temporarily unavailable|detected by watchdog|Terminating the process|NCCL communicator was aborted"
     r"|ncclInvalidUsage|ncclSystemError|ncclInternalError|ncclUnhandledCudaError"
     r"|Detected mismatch between collectives|disagreement between rank0 and rank"
-    r"|DDP expects same model across all ranks|appears not to match sizes of the same param"
+    r"|DDP expects same model across all ranks|appears not to match (?:sizes|strides) of the same"
+    # a store barrier or the store's server waiting for ranks that did not come
+    r"|Timed out initializing process group in store based barrier|waiting for clients"
     r"|Is there a distributed collective mismatch|invalid device ordinal|failed to pass monitoredBarrier|Address already in use"
     r"|successfully reached monitoredBarrier"
     r"|cannot be retrieved|while trying to connect to|failed to connect to any network address"

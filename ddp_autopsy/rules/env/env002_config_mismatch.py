@@ -20,7 +20,9 @@ TensorRT-LLM's "mpiSize == tp * pp", vLLM's "required GPUs exceeds the total num
 GPUs in the placement group"). And from Gloo's init
 alone: the ranks of one node time out in init_process_group waiting for the store key of a rank
 the job does not have (`keys: /default_pg/0//cpu//0/4` when the launchers started ranks 0-3),
-while the other ranks got past init, or, running on the other nodes, printed no such timeout.
+while the other ranks got past init, or, running on the other nodes, printed no such timeout. And
+torchelastic's "config has no run_id, generated a random run_id" (an empty --rdzv-id) where the
+launcher's own rendezvous then failed: each node made up its own id.
 
 ## Why it hangs or kills the job
 Ranks that disagree on the world size or the master wait for peers that will never come (or
@@ -96,6 +98,29 @@ class ConfigMismatch(Rule):
         yield from self._gpus_requested(job)
         yield from self._checkpoint_world(job)
         yield from self._parallel_layout(job)
+        yield from self._random_run_id(job)
+
+    def _random_run_id(self, job: Job) -> Iterator[Finding]:
+        """torchelastic generated a random rendezvous id ("config has no run_id, generated a
+        random run_id: ..."; an empty --rdzv-id, most often a job-id variable that was unset)
+        and the launcher's own rendezvous failed: every node made up its own id, so the nodes
+        wait in different rendezvous and never meet."""
+        rows = job.rows("random_run_id")
+        if not rows:
+            return
+        failed = [r for r in job.rows("rdzv_connection_error")
+                  if "Timeout" in str(r["data"].get("error"))] + [
+            r for r in job.rows("exception", "traceback_fragment")
+            if LAUNCHER_FRAMES.search(str((r["data"].get("frame") or {}).get("file", "")))]
+        if not failed:
+            return
+        yield self.from_rows(
+            [*rows[:1], *failed[:1]], "torchelastic generated a random rendezvous id (the "
+            "launch gave an empty --rdzv-id) and the launcher's rendezvous failed: each node "
+            "makes up its own id, so the nodes wait in different rendezvous and never meet. "
+            "Give every node the same --rdzv-id (check that the variable it comes from, such "
+            "as $SLURM_JOB_ID, is set on every node).", shown=2, ranks=(), confidence=0.7,
+            details={"run_id": rows[0]["data"].get("run_id")})
 
     def _parallel_layout(self, job: Job) -> Iterator[Finding]:
         """A framework's own check that the job's world fits its parallel layout failed
@@ -338,6 +363,10 @@ class ConfigMismatch(Rule):
             ranks=missing, confidence=0.8,
             details={"duplicated": dups, "missing": missing, "world_size": world},
         )
+
+
+#: The launcher's own frames: torchelastic's launch_agent and its rendezvous (not a worker's).
+LAUNCHER_FRAMES = re.compile(r"torch/distributed/(?:launcher/api|elastic/(?:agent|rendezvous)/)")
 
 
 def _invalid_ordinal(job: Job) -> list[dict]:

@@ -58,8 +58,9 @@ class MissingRanks(Rule):
             named |= parse_ranks(r["data"].get("ranks"))
             evidence_rows.append(r)
         # More check-ins than the world size is a store holding an earlier run's (RDZV005).
+        # (a store barrier's timeout past key #1 is a new_group's, after the job formed: COLL013's)
         clients = [r for r in job.rows("store_clients_timeout")
-                   if r["data"]["joined"] < r["data"]["world"]]
+                   if r["data"]["joined"] < r["data"]["world"] and (barrier_key(r) or 1) == 1]
         evidence_rows += clients
         for r in clients:
             world = max(world or 0, r["data"]["world"])
