@@ -1579,6 +1579,15 @@ PATTERNS: tuple[Pattern, ...] = (
         max=int,
         node_rank=int,
     ),
+    # SGLang's ModelRunner.load_model after its barrier of the tensor-parallel group timed out
+    # (dist_barrier_after_load), on the ranks that finished: "TP rank 1 could finish the model
+    # loading, but there are other ranks that didn't finish loading. It is likely due to ..."
+    _p(
+        "load_barrier_unfinished",
+        "could finish the model loading, but there are other ranks",
+        r"TP rank (?P<tp_rank>\d+) could finish the model loading, but there are other ranks",
+        tp_rank=int,
+    ),
     # torchelastic's launch_agent (launcher/api.py) when the launch gave an empty rendezvous id
     # ("--rdzv_id=$SLURM_JOB_ID" with the variable unset): "config has no run_id, generated a
     # random run_id: 174580650467654300307713793029077439978", each node its own
@@ -1981,6 +1990,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "checkpoint_world_mismatch": {"failure"},
     "launch_nodes": {"info"},
     "random_run_id": {"info"},
+    "load_barrier_unfinished": {"failure"},
     "visible_devices": {"info"},
     "nccl_interface": {"info"},
     "nccl_version": {"info"},
