@@ -72,7 +72,9 @@ NOT_HOST = re.compile(r"(?i:error|exception|warning|exit|interrupt)$|^(?:INFO|WA
                       # nor an RDMA provider's name ("mlx5: host1: got completion with error:")
                       r"|^(?:mlx[45]|hfi1|bnxt_re|efa)(?:_\d+)?$"
                       # nor a bare number: srun --label's task id ("22: ...")
-                      r"|^\d+$")
+                      r"|^\d+$"
+                      # nor a Python script: argparse's "train.py: error: ..." on every rank
+                      r"|^[\w-]+\.py$")
 # srun --label: "  3: msg" (the task id, right-aligned).
 SRUN_LABEL = re.compile(r"^ *(?P<task>[0-9]+): ")
 # TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[${rank}]:" (torch's documented example) or

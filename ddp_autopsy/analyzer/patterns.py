@@ -1307,6 +1307,20 @@ PATTERNS: tuple[Pattern, ...] = (
         r"(?:pdsh@[^:\s]+: )?(?P<node>[^:\s]+): ssh exited with exit code (?P<exitcode>\d+)",
         exitcode=int,
     ),
+    # argparse's usage error (CPython Lib/argparse.py ArgumentParser.error: the usage, then
+    # "%(prog)s: error: %(message)s", exit status 2, no traceback), with its messages:
+    # "unrecognized arguments: --local-rank=4" (torch.distributed.launch of torch 2.x passes
+    # --local-rank to a script that declares --local_rank), "the following arguments are
+    # required: ...", "argument --x: invalid int value: 'a'", "... expected one argument",
+    # "... invalid choice: ...", "... not allowed with argument ...", "ambiguous option: ..."
+    _p(
+        "usage_error",
+        ("error: unrecognized arguments: ", "error: the following arguments are required",
+         "error: argument ", "error: ambiguous option: "),
+        r"^(?:(?P<prog>[\w.-]+): )?error: (?P<msg>unrecognized arguments: .+"
+        r"|the following arguments are required: .+|argument \S+: (?:invalid .+|expected .+"
+        r"|not allowed with .+|ignored explicit argument .+)|ambiguous option: .+)$",
+    ),
     # CPython failing to start the script it was given, before any traceback (runpy's
     # _run_module_as_main, Modules/main.c): "/usr/bin/python: Error while finding module
     # specification for 'axolotl.cli.train' (ModuleNotFoundError: No module named 'axolotl')",
@@ -1990,6 +2004,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "checkpoint_world_mismatch": {"failure"},
     "launch_nodes": {"info"},
     "random_run_id": {"info"},
+    "usage_error": {"failure", "crash"},
     "load_barrier_unfinished": {"failure"},
     "visible_devices": {"info"},
     "nccl_interface": {"info"},

@@ -104,6 +104,10 @@ CONSEQUENCE = re.compile(
 )
 
 
+#: An argparse error about the launcher's local-rank argument.
+LOCAL_RANK_ARG = re.compile(r"--local[-_]rank")
+
+
 def signal_name(code: int | None) -> str | None:
     if code is None or code >= 0:
         return None
@@ -242,6 +246,25 @@ class RankCrashed(Rule):
                 "or PYTHONPATH differs on this node, or the path is wrong).", shown=2,
                 ranks=ranks, confidence=0.7, details={"module": first["data"].get("module"),
                                                       "path": first["data"].get("path")})
+            return
+        # The script refused its command line (argparse's usage error, exit status 2): every
+        # process so started exits at once.
+        usage = earliest_first(job.rows("usage_error"))
+        if usage:
+            first = usage[0]
+            ranks = {r["rank"] for r in usage if r["rank"] is not None}
+            if not ranks:
+                exits = earliest_first([*roots, *job.rows("worker_failed")])
+                ranks = {r["rank"] for r in exits[:1] if r["rank"] is not None}
+            local = LOCAL_RANK_ARG.search(first["data"].get("msg", ""))
+            yield self.from_rows(
+                usage, f"{subject(ranks, 'The workers')} exited at once: the script refused its "
+                f"command line ({excerpt(first['text'])}; argparse's usage error, exit code 2)"
+                + (": torch.distributed.launch of torch 2.x passes --local-rank, and the script "
+                   "declares --local_rank (accept both, or read the LOCAL_RANK environment "
+                   "variable and launch with torchrun)" if local else "")
+                + ".", shown=2, ranks=ranks, confidence=0.75,
+                details={"message": first["data"].get("msg")})
             return
         # A sticky CUDA error kills its process's CUDA context: the rank it names is gone, even
         # when only its watchdog thread re-raised it ("Process group watchdog thread terminated
