@@ -6,8 +6,10 @@ death signal, shutting down workers" (or `Signals.SIGHUP`) and the `closing sign
 `SIGINT` it forwards to its workers, `SignalException: Process N got signal: 15`, Lightning's
 "Received SIGTERM: 15", submitit's "this job is preempted", and slurmstepd's `*** JOB … CANCELLED
 AT … DUE TO TIME LIMIT ***` (or PREEMPTION, JOB REQUEUE, NODE FAILURE, or a plain scancel).
-With none of these, Python's `KeyboardInterrupt` (Ctrl-C) is reported at low confidence: it is
-often pressed on a job that already hung, whose cause any other rule comes first with.
+With none of these, torchelastic's `RendezvousClosedError` with no worker failure (another node's
+agent left the job and closed the rendezvous behind it), and Python's `KeyboardInterrupt`
+(Ctrl-C), are reported at low confidence: Ctrl-C is often pressed on a job that already hung,
+whose cause any other rule comes first with.
 
 ## Why it hangs or kills the job
 Nothing in the training failed: the terminal or SSH session that started the job closed (SIGHUP),
@@ -113,6 +115,7 @@ class JobTerminated(Rule):
                  if str(r["data"].get("type", "")).endswith("SignalException")]
         stops = [(r, w) for r in rows if (w := _what(r)) is not None]
         if not stops:
+            yield from self._rendezvous_closed(job)
             yield from self._interrupted(job)
             return
         whats = [w for _, w in stops]
@@ -144,6 +147,22 @@ class JobTerminated(Rule):
             evidence_rows, f"The job was stopped from outside, not by a failing rank: {why}.",
             shown=2, ranks=(), confidence=0.75,
             details={"signals": sorted(set(whats))})
+
+    def _rendezvous_closed(self, job: Job) -> Iterator[Finding]:
+        """torchelastic's RendezvousClosedError and no failure of a worker: another node's agent
+        closed the rendezvous as it left the job (an agent shuts its rendezvous down on any
+        exit: it was stopped, its node was scaled down or removed), so this agent could not
+        re-form the group."""
+        rows = [r for r in job.rows("exception")
+                if str(r["data"].get("type", "")).endswith("RendezvousClosedError")]
+        if not rows or job.crashes.ranks or job.rows("worker_failed", "oom", "spawn_failed"):
+            return
+        yield self.from_rows(
+            rows, "Another node's torchelastic agent closed the rendezvous as it left the job "
+            "(it was stopped, or its node was scaled down or removed), so this agent could not "
+            "form the group again (RendezvousClosedError), not a failing rank: the other "
+            "nodes' agent logs say why theirs exited.", shown=1, ranks=(), confidence=0.45,
+            details={"signals": []})
 
     def _interrupted(self, job: Job) -> Iterator[Finding]:
         """Python's KeyboardInterrupt and nothing else: SIGINT reached the job (Ctrl-C in its
