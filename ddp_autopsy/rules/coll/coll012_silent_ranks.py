@@ -113,7 +113,8 @@ class SilentRanks(Rule):
             timed_out = pl.concat([timed_out, events.filter(
                 (pl.col("kind") == "watchdog_abort") & pl.col("text").str.contains("checkTimeout")
             )], how="diagonal_relaxed")
-            if timed_out.height and not seen and not job.crashes.ranks:
+            if timed_out.height and not seen and not job.crashes.ranks \
+                    and not _first_call_alone(job, events, timed_out, set()):
                 yield from self._rankless(job, job.decoded_rows(timed_out))
             return
         if timed_out.height == 0:

@@ -333,6 +333,11 @@ class RankCrashed(Rule):
             )
             return
         killed = [s for s in spawns if s["data"].get("signal") or s["data"].get("exitcode")]
+        if job.rows(*WATCHDOG_ABORTS):
+            # (a SIGABRT after a watchdog timeout or abort is the watchdog's own: torch ends
+            # the process so, it did not fail by itself)
+            killed = [s for s in killed if s["data"].get("signal") != "SIGABRT"
+                      and s["data"].get("exitcode") != -6]
         if killed:
             s = killed[0]
             idx = s["data"].get("index")
