@@ -1692,12 +1692,16 @@ PATTERNS: tuple[Pattern, ...] = (
     # process identifier [[39817,1],3]" (btl tcp and the runtime's oob tcp), or, verbose, "btl:
     # tcp: Match incoming connection from [[27443,1],1] 44.128.0.4 with locally known IP
     # 2.2.2.77 failed (iface 0/4)!" (btl_tcp_proc.c).
+    # UCX under Open MPI's pml ucx the same (src/ucs/sys/sock.c: "connect(fd=168,
+    # dest_addr=169.254.4.6:52595) failed: Connection refused").
     _p(
         "mpi_tcp_failure",
         ("mca_btl_tcp_endpoint_complete_connect", "received unexpected process identifier",
-         "Match incoming connection from"),
+         "Match incoming connection from", ", dest_addr="),
         r"(?:mca_btl_tcp_endpoint_complete_connect\] connect\(\) to (?P<addr>[^\s]+) failed: "
         r"(?P<err>.+?)(?: \(\d+\))?$"
+        r"|UCX +ERROR +connect\(fd=\d+, dest_addr=(?P<addr2>[^\s\[\]]+?|\[[^\]]+\]):\d+\) "
+        r"failed: (?P<err2>.+?)$"
         r"|(?P<wrong_peer>received unexpected process identifier)"
         r"|Match incoming connection from \S+ (?P<from>\S+) with locally known IP \S+ "
         r"(?P<wrong_peer2>failed))",

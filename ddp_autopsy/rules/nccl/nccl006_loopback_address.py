@@ -14,7 +14,8 @@ its full-mesh connect failing (on one host, loopback would have connected). Like
 when the inputs name one host, and NCCL failing to connect to a link-local (169.254/16, fe80::/10:
 a BMC, host-only or SR-IOV VF interface) or bridge address another rank advertised. And NCCL
 finding no interface in the subnet of NCCL_COMM_ID's address ("Net : No interface found in the
-same subnet as remote address ..."): this host is not on the root's network.
+same subnet as remote address ..."): this host is not on the root's network. And Open MPI's TCP
+transport, or UCX under its pml ucx, failing to connect to such an address a peer published.
 
 ## Why it hangs or kills the job
 Other hosts cannot reach a loopback or bridge address: they connect to themselves, to nothing,
@@ -113,7 +114,8 @@ class LoopbackAddress(Rule):
         yield from found or self._loopback_listed(job)
 
     def _mpi_tcp(self, job: Job) -> Iterator[Finding]:
-        """Open MPI's TCP transport (Horovod, mpirun-launched jobs, before NCCL starts) failed
+        """Open MPI's TCP transport (Horovod, mpirun-launched jobs, before NCCL starts), or UCX
+        under its pml ucx ("connect(fd=.., dest_addr=169.254.4.6:52595) failed"), failed
         to connect to a bridge, link-local or loopback address a peer published, or reached
         another process than the one it dialled: the hosts share an address (every host's
         docker0 or virbr0 has the same one), so Open MPI takes that interface for the job."""
@@ -129,10 +131,15 @@ class LoopbackAddress(Rule):
         if wrong:
             parts.append("a connection reached another process than the one dialled (an "
                          "address every host has)")
+        ucx = bool(bad) and all("UCX" in r["text"] for r, _ in bad)
+        transport, exclude = (
+            ("UCX (Open MPI's pml ucx)", "Pin UCX to the interface the hosts share "
+             "(`UCX_NET_DEVICES=<that interface>`, or `UCX_TLS` without the unreachable one)")
+            if ucx else ("Open MPI's TCP transport", "Exclude it (`--mca btl_tcp_if_exclude "
+                         "lo,docker0,virbr0` or `btl_tcp_if_include <the hosts' network>`)"))
         yield self.finding(
-            f"Open MPI's TCP transport used an interface the hosts cannot reach each other "
-            f"over: {'; '.join(parts)}. Exclude it (`--mca btl_tcp_if_exclude lo,docker0,virbr0` "
-            "or `btl_tcp_if_include <the hosts' network>`), and set NCCL_SOCKET_IFNAME the same "
+            f"{transport} used an interface the hosts cannot reach each other "
+            f"over: {'; '.join(parts)}. {exclude}, and set NCCL_SOCKET_IFNAME the same "
             "way for NCCL.", evidence=[evidence_of(r) for r, _ in bad[:2]]
             + [evidence_of(r) for r in wrong[:1]],
             ranks=(), hosts=[r["host"] for r in rows if r["host"]], confidence=0.75,
