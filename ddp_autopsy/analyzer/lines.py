@@ -93,7 +93,7 @@ PYTEST_E = r"^E(?: +\S|$)"
 # ... in a pytest report: a test's header "____ test_x ____", a section "==== FAILURES ====",
 # the summary "FAILED tests/test_x.py::test_y - ..." (or a file of nothing but "E" lines).
 PYTEST_MARK = (r"^_{3,} .*\S.* _{3,}$|^={3,} (?:FAILURES|ERRORS|short test summary info) ={3,}$"
-               r"|^(?:FAILED|ERROR) \S+::")
+               r"|^(?:FAILED|ERROR) \S+::|^-{3,} Captured (?:stdout|stderr|log)(?: \w+)? -{3,}$")
 #: Any of them, for a quick look (the regexes are kept ASCII: polars compiles them per call).
 ANY_FILE_PREFIX = (r"^(?:(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,62}| *[0-9]+|\[[0-9]+\]): "
                    r"|[A-Za-z0-9_.-]*[A-Za-z][A-Za-z0-9_.-]* +\| |>|[ \t]+\| |E(?: +\S|$))")

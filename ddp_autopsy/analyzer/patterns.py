@@ -1471,8 +1471,13 @@ PATTERNS: tuple[Pattern, ...] = (
          "unsupported device type", "doesn't have NCCL built in", "Tensors must be CPU",
          "ProcessGroupNCCL is only supported with GPUs", "but NCCL support is not compiled",
          "not supported for the selected backend", "doesn't have CUDA-aware MPI support",
-         "does not support "),
+         "does not support ", "But we don't know which communication backend"),
         r"(?:No backend type associated with device type (?P<device>\w+)"
+        # distributed_c10d.BackendConfig (torch 2.3+), init_process_group without a backend on
+        # an accelerator torch has none for: "We detected accelerator mps on your machine. But
+        # we don't know which communication backend to use for this accelerator. ..."
+        r"|We detected accelerator (?P<device3>\w+) on your machine\. But we don't know which "
+        r"communication backend"
         r"|(?:Backend|ProcessGroup) (?P<backend2>\w+) does not support (?!monitoredBarrier)"
         r"(?P<op2>\w+)\b"
         # ProcessGroupMPI given a CUDA tensor (ProcessGroupMPI.cpp checkSingleTensor): "CUDA

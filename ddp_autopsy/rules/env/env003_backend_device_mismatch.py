@@ -6,7 +6,9 @@ associated with device type cpu", older "Tensors must be CUDA and dense"), Gloo 
 tensors for an op it only has on CPU ("ProcessGroupGloo::reduce_scatter: unsupported device
 type cuda"), the MPI backend with CUDA tensors and an MPI that is not CUDA-aware ("CUDA tensor
 detected and the MPI used doesn't have CUDA-aware MPI support"), the NCCL backend on a build
-without it, or a collective the backend does not implement at all ("Backend gloo does not
+without it, init_process_group with no backend on an accelerator torch has none for ("We
+detected accelerator mps on your machine. But we don't know which communication backend to
+use"), or a collective the backend does not implement at all ("Backend gloo does not
 support alltoall", c10d's Backend.hpp; "ProcessGroup gloo does not support ..." before 2.0).
 
 ## Why it hangs or kills the job
@@ -73,6 +75,15 @@ class BackendDeviceMismatch(Rule):
                 "torch was built against is not CUDA-aware: use the NCCL backend for GPU "
                 "tensors, move the tensors to the CPU first, or build against a CUDA-aware MPI.",
                 shown=2, ranks=ranks, confidence=0.9, details={"device": "cuda"})
+            return
+        unknown = [r for r in rows if "which communication backend" in r["text"]]
+        if unknown:
+            device = unknown[0]["data"].get("device") or "this accelerator"
+            yield self.from_rows(
+                unknown, f"init_process_group found {device} and knows no communication backend "
+                f"for it (no backend was given): pass one, `init_process_group(backend='gloo')` "
+                f"with the tensors on the CPU (or the vendor's backend for {device}, when it has "
+                "one).", shown=1, ranks=ranks, confidence=0.85, details={"device": device})
             return
         lacking = [r["data"] for r in rows if "does not support" in r["text"]
                    and r["data"].get("op") and r["data"].get("backend")]
