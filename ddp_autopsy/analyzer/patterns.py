@@ -90,11 +90,16 @@ def _shell_signum(words: str) -> int:
 
 
 def _signum_of_name(name: str) -> int | str:
-    """A signal's number from its name ("SIGSEGV": 11); an unknown name kept."""
+    """A signal's number from its name ("SIGSEGV": 11, or a handler's word for it: "Segfault");
+    an unknown name kept."""
     try:
-        return int(signal.Signals[name])
+        return int(signal.Signals[SIGNAL_WORDS.get(name, name)])
     except KeyError:
         return name
+
+
+#: Crash handlers' words for a signal.
+SIGNAL_WORDS = {"Segfault": "SIGSEGV"}
 
 
 PATTERNS: tuple[Pattern, ...] = (
@@ -815,6 +820,16 @@ PATTERNS: tuple[Pattern, ...] = (
         "native_signal",
         " received at time=",
         r"\*\*\* (?P<signame>SIG[A-Z]+) received at time=\d+(?: on cpu \d+)? \*\*\*",
+        alias={"signame": "signum"},
+        signum=_signum_of_name,
+    ),
+    # the crash handler of the processes of vLLM, SGLang, Megatron/TransformerEngine and
+    # torch_xla stacks, before its native frames ('File "<unknown>", line 0, in fn'):
+    # "!!!!!!! Segfault encountered !!!!!!!"
+    _p(
+        "native_signal",
+        "Segfault encountered",
+        r"^!+ (?P<signame>Segfault) encountered !+$",
         alias={"signame": "signum"},
         signum=_signum_of_name,
     ),
