@@ -8,7 +8,11 @@ EADDRINUSE, a plain `RuntimeError: Address already in use`, or NCCL's "Call to b
 lower confidence, the store's "failed to listen on any local network address" whose reason the
 inputs cut off (the line ends at its code: a paste's cut). A
 ZeroMQ socket's (`zmq.error.ZMQError: Address already in use (addr='tcp://...')`: a serving
-framework's own queues, vLLM's or SGLang's) is told apart, with its own remedy.
+framework's own queues, vLLM's or SGLang's) is told apart, with its own remedy. And, with no
+bind error shown, a single-node torchrun --standalone job (its rendezvous id a UUID) that lost
+its store after the rendezvous completed: older releases' --standalone used the fixed endpoint
+localhost:29400, so a second job on the host shared the first one's store and lost it when that
+job ended.
 
 ## Why it hangs or kills the job
 Without the store no rank can rendezvous: the store host dies at start-up and the other ranks
@@ -35,8 +39,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of
+from ddp_autopsy.rules.rdzv.rdzv003_master_unreachable import AFTER_RENDEZVOUS
 
 #: pyzmq's exception for a socket whose bind failed: "zmq.error.ZMQError: Address already in use
 #: (addr='tcp://10.0.0.58:40043')".
@@ -58,6 +64,7 @@ class PortInUse(Rule):
         rows = job.rows("port_in_use")
         if not rows:
             yield from self._listen_failed_reason_cut(job)
+            yield from self._standalone_store_lost(job)
             return
         ports = sorted({r["data"]["port"] for r in rows if r["data"].get("port") is not None})
         holders = [
@@ -120,6 +127,30 @@ class PortInUse(Rule):
             "on this host).", confidence=0.5, details={"ports": ports, "reason_cut": True})
 
 
+    def _standalone_store_lost(self, job: Job) -> Iterator[Finding]:
+        """A single-node job whose rendezvous id is a UUID (torchrun --standalone's) lost the
+        rendezvous store after the rendezvous completed (a keep-alive or the shutdown failed,
+        RendezvousConnectionError): --standalone of older torch releases used the fixed endpoint
+        localhost:29400 (newer ones take a free port, localhost:0), and a second job whose store
+        could not bind it became a client of the first job's store, which went away when that
+        job ended."""
+        rows = [r for r in job.rows("rdzv_connection_error")
+                if any(w in r["text"] for w in AFTER_RENDEZVOUS) and UUID_RDZV.search(r["text"])]
+        hosts = job.events["host"].drop_nulls().unique() if job.events.height else []
+        if not rows or len(hosts) > 1 or declared_nodes(job.events) > 1:
+            return
+        yield self.from_rows(
+            rows, "A torchrun --standalone job lost its rendezvous store after the rendezvous "
+            "had completed: its store was another job's. --standalone of older torch releases "
+            "used the fixed endpoint localhost:29400; a second standalone job on the host, "
+            "finding the port taken, joined the first job's store, which went away when that "
+            "job ended. Give each job its own --rdzv-endpoint port, or update torch (newer "
+            "releases' --standalone takes a free port).", shown=1, confidence=0.5,
+            details={"ports": [29400], "shared_store": True})
+
+
+#: dynamic_rendezvous's rendezvous ids made by torchrun --standalone (uuid4).
+UUID_RDZV = re.compile(r"rendezvous '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'")
 #: The libuv store's listen error cut after its code, before the code's name ("code: -9").
 CODE_AT_END = re.compile(r"code: -?\d+\s*$")
 LISTEN_PORT = re.compile(r"port: (\d+)")

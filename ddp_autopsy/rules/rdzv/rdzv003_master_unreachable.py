@@ -45,7 +45,8 @@ class MasterUnreachable(Rule):
         # A member's keep-alive that failed after the rendezvous completed (dynamic_rendezvous's
         # "has failed to send a keep-alive heartbeat to the rendezvous") is the store lost
         # mid-run: its host stopped, crashed or dropped off the network.
-        alive = [r for r in rows if "keep-alive heartbeat" in r["text"]]
+        # (or its shutdown of the rendezvous at the end: "has failed to shutdown the rendezvous")
+        alive = [r for r in rows if any(w in r["text"] for w in AFTER_RENDEZVOUS)]
         rows = [r for r in rows if r not in alive]
         if not rows:
             if not alive:
@@ -55,8 +56,9 @@ class MasterUnreachable(Rule):
                 node = KEEPALIVE_NODE.search(alive[0]["text"])
                 yield self.finding(
                     f"The rendezvous store became unreachable mid-run: "
-                    f"{'node ' + repr(node.group(1)) if node else 'a node'} failed to send its "
-                    "keep-alive heartbeat after the rendezvous had completed "
+                    f"{'node ' + repr(node.group(1)) if node else 'a node'} failed to "
+                    f"{'shut down' if 'shutdown' in alive[0]['text'] else 'send its keep-alive heartbeat to'}"
+                    " the rendezvous after it had completed "
                     "(RendezvousConnectionError). The host of the rendezvous endpoint (the agent "
                     "that serves the c10d store) stopped, crashed or lost its network: its own log "
                     "says which.", evidence=[evidence_of(r) for r in alive[:2]],
@@ -112,4 +114,8 @@ class MasterUnreachable(Rule):
 
 
 #: The member named in dynamic_rendezvous's keep-alive warning ("The node 'host_3427_0' ...").
-KEEPALIVE_NODE = re.compile(r"The node '([^']+)' has failed to send a keep-alive")
+KEEPALIVE_NODE = re.compile(r"The node '([^']+)' has failed to (?:send a keep-alive|shutdown the)")
+
+
+#: dynamic_rendezvous's warnings of a member that lost the store after the rendezvous completed.
+AFTER_RENDEZVOUS = ("keep-alive heartbeat", "has failed to shutdown the rendezvous")
