@@ -22,7 +22,10 @@ still, the process at the other end of a connection that
 closed when nothing else failed (Gloo's "Connection closed by peer" alone). Exceptions that merely report another rank's death ("Connection closed by peer",
 "Failed to recv, got 0 bytes", ncclRemoteError, watchdog timeouts, agents' SIGTERMs) are not
 counted as first failures, nor is the SIGABRT (-6) with which torch's watchdog ends its own
-process after a timeout.
+process after a timeout (torchelastic's exit code or mp.spawn's signal), nor an exception raised
+while torch built its communication backend (init_process_group's process-group helper,
+init_rpc's backend: the environment cannot run it, on every rank alike; the best-effort verdict
+quotes it when no other rule knows it).
 
 ## Why it hangs or kills the job
 When one rank dies, the others block in their next collective until the peer connection drops
@@ -144,6 +147,7 @@ class RankCrashed(Rule):
         # (or the fallback's) to explain: the rank did not crash by itself.
         exceptions = [r for r in all_exceptions
                       if not r["consequence"] and not launcher_side(r["data"].get("frame"))
+                      and not backend_setup(r["data"])
                       and not NCCL_ERROR.search(r["text"]) and not garbled_object(r)
                       and not job.crashes.survived_row(r)]
         failures = job.rows("elastic_failure")
@@ -673,6 +677,20 @@ LAUNCHER_CODE = re.compile(
     r"torch[/\\]distributed[/\\](?:elastic[/\\](?:agent|rendezvous)[/\\]|run\.py$|launch\.py$)"
     # the launchers of DeepSpeed (its runner: hostfile, ssh pre-check) and accelerate
     r"|deepspeed[/\\]launcher[/\\]runner\.py$|accelerate[/\\]commands[/\\]launch\.py$")
+
+
+def backend_setup(data: dict[str, Any]) -> bool:
+    """Whether an exception was raised while torch set up its communication backend
+    (init_process_group's process-group helper, init_rpc's backend): the environment could not
+    run it (a build without the transport, a device it cannot use), on every rank alike, and no
+    rank crashed before the others. The known ones are other rules' (ENV003, NCCL...); the rest
+    are the best-effort verdict's."""
+    frames = {str((data.get("frame") or {}).get("func", "")), *map(str, data.get("callers") or [])}
+    return bool(frames & BACKEND_SETUP)
+
+
+#: torch's functions that build a process group's or an RPC agent's backend.
+BACKEND_SETUP = frozenset({"_new_process_group_helper", "_init_rpc_backend"})
 
 
 def launcher_side(frame: object) -> bool:
