@@ -67,10 +67,14 @@ class UnclassifiedFailure(Rule):
     fallback = True
 
     def check(self, job: Job) -> Iterator[Finding]:
-        # Warnings are not failures (a name that resolved on the second try, a retry).
+        # Warnings are not failures (a name that resolved on the second try, a retry), but a
+        # store read's timeout is, at any level: c10d's socket layer warns "waitForInput: socket
+        # ... timed out after 600000ms" and then raises (a connect's may be retried: not that).
         failing = job.active_events.filter(
             pl.col("kind").is_in(failing_kinds())
-            & ~pl.col("level").fill_null("").is_in(["W", "I", "WARNING", "INFO"]))
+            & (~pl.col("level").fill_null("").is_in(["W", "I", "WARNING", "INFO"])
+               | ((pl.col("kind") == "store_wait_timeout")
+                  & pl.col("text").str.contains("timed out after", literal=True))))
         if failing.height == 0:
             return
         # NCCL's return-code trail while it probes its network plugins ("NCCL INFO net.cc:79 ->

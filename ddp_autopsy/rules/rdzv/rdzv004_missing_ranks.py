@@ -8,6 +8,8 @@ key (Gloo's address of rank 3: "wait timeout after 10000ms, keys: /default_pg/0/
 barrier kept waiting with fewer workers than the world size ("Waiting in store based barrier ...
 key: store_based_barrier_key:1 (world_size=8, worker_count=7 ..."), or launcher messages show
 fewer distinct ranks than the world size (e.g. two nodes both starting as ranks 0 and 1 of 4).
+A store read that names no key at all ("Socket Timeout", "waitForInput: socket ... timed out
+after 1800000ms") is not read as a join: it may as well be a peer busy or gone mid-run.
 
 ## Why it hangs or kills the job
 Every collective needs all ranks; with ranks absent, the present ones wait until the timeout.
@@ -110,6 +112,11 @@ class MissingRanks(Rule):
             # collectives is the store lost mid-run (its host's network), not a join.
             if not waits or (not keyed and any(
                     r["rank"] is not None for r in job.rows(*kinds_tagged("hang")))):
+                return
+            # (a read that names no key at all, "Socket Timeout" or the socket's own "timed out
+            # after 600000ms", says nothing of what it waited for: a join, or a peer busy or gone
+            # mid-run)
+            if not keyed and not any(r["data"].get("keys") for r in waits):
                 return
             evidence_rows = keyed or waits
         if clients:
