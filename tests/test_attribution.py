@@ -224,3 +224,11 @@ def test_nccl_channel_rank_never_overrides_the_world_communicator() -> None:
              IB.format(h="n1", p=77, d=1)]
     df = A.resolve(frame(("n1.log", "\n".join(lines), {})))
     assert ranks(df, "network_error") == [(3, A.PID_CUE)]
+
+
+def test_nccl_channel_ranks_below_their_devices_are_a_subgroups() -> None:
+    # a tensor-parallel pair on GPUs 4 and 5, its init lines cut: ranks 1 and 0 of its own
+    lines = [CHANNEL.format(h="n1", p=70, t=71, d=5, a=1, b=0, e=4, via="via P2P/IPC"),
+             SHM_WARN.format(h="n1", p=70, t=71, d=5)]
+    df = A.resolve(frame(("n1.log", "\n".join(lines), {})))
+    assert ranks(df, "cuda_failure") != [(1, A.CHANNEL_CUE)]

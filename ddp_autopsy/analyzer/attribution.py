@@ -163,9 +163,9 @@ def _nccl_world(df: pl.DataFrame) -> pl.DataFrame:
 
 def _nccl_channels(df: pl.DataFrame) -> pl.DataFrame:
     """A process that nothing else ranks takes the one rank its NCCL channel set-up lines give
-    it (``me``: the sender of "2[2] -> 3[3] via P2P", the receiver of "[receive] via NET"),
-    when the inputs show one communicator size at most (a sub-communicator's ranks are not the
-    job's: with several sizes in the inputs, a channel's communicator is not known)."""
+    it (the sender of "2[2] -> 3[3] via P2P", the receiver of "[receive] via NET"), when the
+    inputs show one communicator size at most and no line of the process numbers a rank below
+    its device (a sub-communicator's ranks are not the job's: :func:`_channel_self`)."""
     channel = (pl.col("kind") == "nccl_channel") & pl.col("pid").is_not_null()
     if df.select(channel.any()).item() is not True:
         return df
@@ -175,11 +175,14 @@ def _nccl_channels(df: pl.DataFrame) -> pl.DataFrame:
         return df
     keys = ["_host", "pid"]
     ranked = df.filter(pl.col("rank").is_not_null() & pl.col("pid").is_not_null()).select(keys)
-    me = pl.col("data").str.json_path_match("$.me").cast(pl.Int64, strict=False)
-    mapping = (df.filter(channel).select(*keys, me.alias("_me")).drop_nulls("_me")
+    pairs = [(row["_host"], row["pid"], _channel_self(json.loads(row["data"] or "{}")))
+             for row in df.filter(channel).select(*keys, "data").iter_rows(named=True)]
+    mapping = (pl.DataFrame(pairs, schema={"_host": pl.String, "pid": pl.Int64, "_me": pl.Int64},
+                            orient="row")
                .join(ranked, on=keys, how="anti", nulls_equal=True)
                .group_by(keys).agg(pl.col("_me").unique())
-               .filter(pl.col("_me").list.len() == 1)
+               # (one rank per process, none of its lines out of the world's shape)
+               .filter((pl.col("_me").list.len() == 1) & pl.col("_me").list.first().is_not_null())
                .select(*keys, pl.col("_me").list.first().alias("_mapped")))
     if mapping.height == 0:
         return df
@@ -189,6 +192,24 @@ def _nccl_channels(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(fill).then(pl.lit(CHANNEL_CUE)).otherwise(pl.col("cue")).alias("cue"),
         pl.coalesce("rank", "_mapped").alias("rank"),
     ).drop("_mapped")
+
+
+def _channel_self(d: dict) -> int | None:
+    """The printing process's rank of a channel line (the receiver's of "[receive]", else the
+    sender's), or None when a rank of the line is below its own device index: ranks fill a node
+    from device 0 up, so that is a smaller communicator's numbering (a tensor- or pipeline-
+    parallel group's), not the job's. (A bus id, NCCL 2.5-2.8's, says nothing of it.)"""
+    ends = [(d.get("a"), d.get("adev")), (d.get("b"), d.get("bdev"))]
+    for rank, dev in ends:
+        if rank is None:
+            return None
+        if dev is not None and str(dev).isdigit() and int(dev) < MAX_DEVICE and rank < int(dev):
+            return None
+    return ends[1][0] if d.get("dir") == "receive" else ends[0][0]
+
+
+#: Device indices above this in a channel line's brackets are bus ids (NCCL 2.5-2.8).
+MAX_DEVICE = 64
 
 
 def _one_node(df: pl.DataFrame, processes: pl.DataFrame | None) -> pl.DataFrame:

@@ -125,21 +125,21 @@ NCCL_COMM_INIT = P.Pattern(
     ),
     (("jobrank", int), ("comm_rank", int), ("nranks", int), ("cuda_dev", int)),
 )
-#: NCCL's channel set-up lines name their own process's rank in the communicator (``me``):
-#: the sender of "Channel 00/0 : 2[2] -> 3[3] via P2P/IPC" (transport/p2p.cc, shm.cc; "[send]
-#: via NET/..." in net.cc), the receiver of "... -> 4[0] [receive] via NET/IB/0"; NCCL <= 2.6
+#: NCCL's channel set-up lines name their own process's rank in the communicator: the sender
+#: (``a``) of "Channel 00/0 : 2[2] -> 3[3] via P2P/IPC" (transport/p2p.cc, shm.cc; "[send]
+#: via NET/..." in net.cc), the receiver (``b``) of "... -> 4[0] [receive] via NET/IB/0"; the
+#: brackets hold each one's device (nvmlDev; 2.5-2.8 its bus id in hex); NCCL <= 2.6
 #: wrote "Ring 00 : 2[2] -> 1[1] via direct shared memory" and "Ring 00 : 7 -> 0 [receive] via
 #: NET/IB/0".
 NCCL_CHANNEL = P.Pattern(
     "nccl_channel",
     ("via P2P/", "via SHM/", "via direct shared memory", "via NET/"),
     re.compile(
-        r"(?:Channel|Ring) \d+(?:/\d+)? : (?:\d+(?:\[[0-9a-fx]+\])? -> (?P<me2>\d+)"
-        r"(?:\[[0-9a-fx]+\])? \[receive\]|(?P<me>\d+)(?:\[[0-9a-fx]+\])? -> \d+"
-        r"(?:\[[0-9a-fx]+\])?(?: \[send\])?) via (?:NET|P2P|SHM|direct shared memory)"
+        r"(?:Channel|Ring) \d+(?:/\d+)? : (?P<a>\d+)(?:\[(?P<adev>[0-9a-fx]+)\])? -> (?P<b>\d+)"
+        r"(?:\[(?P<bdev>[0-9a-fx]+)\])? (?:\[(?P<dir>send|receive)\] )?via "
+        r"(?:NET|P2P|SHM|direct shared memory)"
     ),
-    (("me", int),),
-    (("me2", "me"),),
+    (("a", int), ("b", int)),
 )
 #: Attribution patterns the catalog does not hold (yet): moving one there changes nothing here.
 OWN_PATTERNS: tuple[P.Pattern, ...] = tuple(
