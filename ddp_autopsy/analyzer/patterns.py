@@ -1493,8 +1493,9 @@ PATTERNS: tuple[Pattern, ...] = (
         # we don't know which communication backend to use for this accelerator. ..."
         r"|We detected accelerator (?P<device3>\w+) on your machine\. But we don't know which "
         r"communication backend"
-        r"|(?:Backend|ProcessGroup) (?P<backend2>\w+) does not support (?!monitoredBarrier)"
-        r"(?P<op2>\w+)\b"
+        r"|(?:Backend|ProcessGroup) (?P<backend2>\w+) does not support (?P<op2>_?(?:all_?reduce"
+        r"|all_?gather|all_?to_?all|reduce_scatter|broadcast|reduce|gather|scatter|send|recv"
+        r"|barrier)\w*)\.?\s*$"
         # ProcessGroupMPI given a CUDA tensor (ProcessGroupMPI.cpp checkSingleTensor): "CUDA
         # tensor detected and the MPI used doesn't have CUDA-aware MPI support"
         r"|CUDA tensor detected and the MPI used doesn't have CUDA-aware MPI support"
