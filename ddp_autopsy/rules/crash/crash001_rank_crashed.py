@@ -25,7 +25,10 @@ counted as first failures, nor is the SIGABRT (-6) with which torch's watchdog e
 process after a timeout (torchelastic's exit code or mp.spawn's signal), nor an exception raised
 while torch built its communication backend (init_process_group's process-group helper,
 init_rpc's backend: the environment cannot run it, on every rank alike; the best-effort verdict
-quotes it when no other rule knows it).
+quotes it when no other rule knows it). The workers' argparse usage error ("train.py: error:
+unrecognized arguments: --local-rank=4", exit code 2, no traceback) is their failure when the job
+ran no further (no timeouts, no lost peers); a launcher's own ("torchrun: error: ...") is not a
+rank's.
 
 ## Why it hangs or kills the job
 When one rank dies, the others block in their next collective until the peer connection drops
@@ -107,6 +110,10 @@ CONSEQUENCE = re.compile(
 )
 
 
+#: Launchers whose own argparse error is theirs, not a worker's ("torchrun: error: ...").
+LAUNCHER_PROGS = frozenset({"torchrun", "deepspeed", "accelerate", "launch.py", "run.py",
+                            "torch.distributed.run", "torch.distributed.launch", "horovodrun",
+                            "lightning"})
 #: An argparse error about the launcher's local-rank argument.
 LOCAL_RANK_ARG = re.compile(r"--local[-_]rank")
 
@@ -253,21 +260,30 @@ class RankCrashed(Rule):
             return
         # The script refused its command line (argparse's usage error, exit status 2): every
         # process so started exits at once.
-        usage = earliest_first(job.rows("usage_error"))
-        if usage:
+        # (not when the job ran on: collectives timing out, peers lost; that usage error was
+        # some other tool's)
+        # (nor the launcher's own: "torchrun: error: ...", no worker started, no rank crashed)
+        usage = earliest_first([r for r in job.rows("usage_error")
+                                if str(r["data"].get("prog") or "") not in LAUNCHER_PROGS])
+        if usage and not job.rows(*kinds_tagged("hang"), *kinds_tagged("lost_peer")):
             first = usage[0]
+            local = LOCAL_RANK_ARG.search(first["data"].get("msg", ""))
+            remedy = ("Run the command line by hand on one node to see the whole usage message, "
+                      "and make the arguments match what the launcher passes: torchrun passes "
+                      "none of its own (the rank is in LOCAL_RANK/RANK), torch 2.x's "
+                      "torch.distributed.launch passes --local-rank (declare both spellings, or "
+                      "launch with torchrun).")
             ranks = {r["rank"] for r in usage if r["rank"] is not None}
             if not ranks:
                 exits = earliest_first([*roots, *job.rows("worker_failed")])
                 ranks = {r["rank"] for r in exits[:1] if r["rank"] is not None}
-            local = LOCAL_RANK_ARG.search(first["data"].get("msg", ""))
             yield self.from_rows(
                 usage, f"{subject(ranks, 'The workers')} exited at once: the script refused its "
                 f"command line ({excerpt(first['text'])}; argparse's usage error, exit code 2)"
                 + (": torch.distributed.launch of torch 2.x passes --local-rank, and the script "
                    "declares --local_rank (accept both, or read the LOCAL_RANK environment "
                    "variable and launch with torchrun)" if local else "")
-                + ".", shown=2, ranks=ranks, confidence=0.75,
+                + ".", shown=2, ranks=ranks, confidence=0.75, remedy=remedy,
                 details={"message": first["data"].get("msg")})
             return
         # A sticky CUDA error kills its process's CUDA context: the rank it names is gone, even
