@@ -106,12 +106,15 @@ class ConfigMismatch(Rule):
         and the launcher's own rendezvous failed: every node made up its own id, so the nodes
         wait in different rendezvous and never meet."""
         rows = job.rows("random_run_id")
-        if not rows:
+        # (workers that ran and failed met in their rendezvous: the launcher's exception after
+        # them, ChildFailedError, is their failure's report)
+        if not rows or job.rows("worker_failed", "elastic_failure", "spawn_failed"):
             return
         failed = [r for r in job.rows("rdzv_connection_error")
                   if "Timeout" in str(r["data"].get("error"))] + [
             r for r in job.rows("exception", "traceback_fragment")
-            if LAUNCHER_FRAMES.search(str((r["data"].get("frame") or {}).get("file", "")))]
+            if LAUNCHER_FRAMES.search(str((r["data"].get("frame") or {}).get("file", "")))
+            and "ChildFailedError" not in str(r["data"].get("type", ""))]
         if not failed:
             return
         yield self.from_rows(
