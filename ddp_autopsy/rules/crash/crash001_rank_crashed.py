@@ -353,11 +353,15 @@ class RankCrashed(Rule):
             )
             return
         killed = [s for s in spawns if s["data"].get("signal") or s["data"].get("exitcode")]
-        if job.rows(*WATCHDOG_ABORTS):
-            # (a SIGABRT after a watchdog timeout or abort is the watchdog's own: torch ends
-            # the process so, it did not fail by itself)
-            killed = [s for s in killed if s["data"].get("signal") != "SIGABRT"
-                      and s["data"].get("exitcode") != -6]
+        aborts = job.rows(*WATCHDOG_ABORTS)
+        if aborts:
+            # (a SIGABRT of a process whose watchdog timed out or aborted is the watchdog's own:
+            # torch ends the process so, it did not fail by itself; with no rank on the
+            # watchdog's lines, any process's may be)
+            aborted = {r["rank"] for r in aborts} - {None}
+            killed = [s for s in killed if (s["data"].get("signal") != "SIGABRT"
+                                            and s["data"].get("exitcode") != -6)
+                      or (aborted and s["data"].get("index") not in aborted)]
         if killed:
             s = killed[0]
             idx = s["data"].get("index")
