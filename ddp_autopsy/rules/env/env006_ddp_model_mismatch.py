@@ -4,10 +4,12 @@
 `DistributedDataParallel` compares the parameters of every rank's model when it is built
 (`_verify_param_shape_across_processes`): "DDP expects same model across all ranks, but Rank 2 has
 6 params, while rank 0 has inconsistent 4 params", or, for a parameter of another shape or
-memory layout, "... appears not to match sizes (strides) of the same param in process 0". Every
-rank raises it, each naming the first rank that differs from it; the rank whose count the others
+memory layout, "... appears not to match sizes (strides) of the same param in process 0". For
+the count, each rank names the first rank that differs from it; the rank whose count the others
 do not share, or that two reports name, or whose model has no parameters at all, is the odd one
-(one report alone names no rank otherwise: either side of it may be).
+(one report alone names no rank otherwise: either side of it may be). The sizes and strides
+checks compare every rank with rank 0 ("... in process 0"): their reporters are the odd ones
+when another rank is seen passing, rank 0 when every other rank of the world reported.
 
 ## Why it hangs or kills the job
 DDP all-reduces gradients bucket by bucket in parameter order: ranks with different parameters
@@ -51,8 +53,11 @@ class DdpModelMismatch(Rule):
             return
         params: dict[int, int] = {}  # rank -> its parameter count, as the reports give it
         named: Counter[int] = Counter()  # ranks the reports call inconsistent
+        shapes = [r for r in rows if r["data"].get("what")]
         for r in rows:
             d = r["data"]
+            if d.get("what"):
+                continue  # (a sizes/strides report: every rank compares with rank 0's)
             if "r1" in d and "n1" in d:
                 params.setdefault(d["r1"], d["n1"])
             if "r2" in d:
@@ -73,6 +78,8 @@ class DdpModelMismatch(Rule):
         empty = [rank for rank, p in params.items() if p == 0]
         if not odd and len(empty) == 1 and len(params) > 1:
             odd = empty  # (a model with no parameters at all is the one that went wrong)
+        if not odd and shapes:
+            odd = _odd_by_shape(job, shapes)
         what = (f"{rank_phrase(odd)} built a different model than the others" if odd
                 else "The ranks built different models")
         sizes = ", ".join(f"rank {r}: {p}" for r, p in sorted(params.items()))
@@ -87,3 +94,20 @@ class DdpModelMismatch(Rule):
                 rows, key=lambda r: r["rank"] not in odd)[:2]],
             ranks=odd, confidence=0.9, ts=first_ts(rows),
             details={"params": {str(k): v for k, v in sorted(params.items())}})
+
+
+def _odd_by_shape(job: Job, shapes: list[dict]) -> list[int]:
+    """The sizes and strides checks compare every rank's parameters with rank 0's broadcast
+    ("... of the same param in process 0"): the reporters differ from rank 0. They are the odd
+    ones when another rank, not rank 0, is seen without such a report; rank 0 is when every
+    other rank of the world reported; else no rank can be named."""
+    reporters = {r["rank"] for r in shapes if r["rank"] is not None}
+    if not reporters:
+        return []
+    seen = set(job.ranks["rank"].to_list()) if job.ranks.height else set()
+    if seen - reporters - {0}:
+        return sorted(reporters)
+    world = job.world_size
+    if world and reporters == set(range(1, world)):
+        return [0]
+    return []
