@@ -1614,6 +1614,15 @@ PATTERNS: tuple[Pattern, ...] = (
         max=int,
         node_rank=int,
     ),
+    # torchelastic's agent when its workers all finished (agent/server/api.py _invoke_run):
+    # "[default] worker group successfully finished. Waiting 300 seconds for other agents to
+    # finish." (torch 1.10+), "Local worker group finished (WorkerState.SUCCEEDED). Waiting 300
+    # seconds for other agents to finish" (torch 1.9-2.x)
+    _p(
+        "worker_group_succeeded",
+        ("worker group successfully finished", "worker group finished (WorkerState.SUCCEEDED)"),
+        r"worker group (?:successfully finished|finished \(WorkerState\.SUCCEEDED\))",
+    ),
     # SGLang's ModelRunner.load_model after its barrier of the tensor-parallel group timed out
     # (dist_barrier_after_load), on the ranks that finished: "TP rank 1 could finish the model
     # loading, but there are other ranks that didn't finish loading. It is likely due to ..."
@@ -2029,6 +2038,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "checkpoint_world_mismatch": {"failure"},
     "launch_nodes": {"info"},
     "random_run_id": {"info"},
+    "worker_group_succeeded": {"info"},
     "usage_error": {"failure", "crash"},
     "load_barrier_unfinished": {"failure"},
     "visible_devices": {"info"},

@@ -39,6 +39,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+import polars as pl
+
 from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, evidence_of, first_ts, ranks_of
@@ -137,7 +139,13 @@ class PortInUse(Rule):
         rows = [r for r in job.rows("rdzv_connection_error")
                 if any(w in r["text"] for w in AFTER_RENDEZVOUS) and UUID_RDZV.search(r["text"])]
         hosts = job.events["host"].drop_nulls().unique() if job.events.height else []
-        if not rows or len(hosts) > 1 or declared_nodes(job.events) > 1:
+        if not rows or len(hosts) > 1 or declared_nodes(job.events) > 1 \
+                or job.rows("worker_group_succeeded"):
+            return
+        # (a rank that is not its local rank is on a second node: no standalone job)
+        ev = job.events
+        if ev.filter(pl.col("rank").is_not_null() & pl.col("local_rank").is_not_null()
+                     & (pl.col("rank") != pl.col("local_rank"))).height:
             return
         yield self.from_rows(
             rows, "A torchrun --standalone job lost its rendezvous store after the rendezvous "
