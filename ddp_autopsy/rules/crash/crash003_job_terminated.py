@@ -7,7 +7,8 @@ death signal, shutting down workers" (or `Signals.SIGHUP`) and the `closing sign
 "Received SIGTERM: 15", submitit's "this job is preempted", and slurmstepd's `*** JOB … CANCELLED
 AT … DUE TO TIME LIMIT ***` (or PREEMPTION, JOB REQUEUE, NODE FAILURE, or a plain scancel).
 With none of these, torchelastic's `RendezvousClosedError` with no worker failure (another node's
-agent left the job and closed the rendezvous behind it), and Python's `KeyboardInterrupt`
+agent left the job and closed the rendezvous behind it: most often stopped or scaled down, though
+an agent whose workers failed with no restarts left closes it too), and Python's `KeyboardInterrupt`
 (Ctrl-C), are reported at low confidence: Ctrl-C is often pressed on a job that already hung,
 whose cause any other rule comes first with.
 
@@ -151,17 +152,22 @@ class JobTerminated(Rule):
     def _rendezvous_closed(self, job: Job) -> Iterator[Finding]:
         """torchelastic's RendezvousClosedError and no failure of a worker: another node's agent
         closed the rendezvous as it left the job (an agent shuts its rendezvous down on any
-        exit: it was stopped, its node was scaled down or removed), so this agent could not
-        re-form the group."""
+        exit: stopped, scaled down or removed, or its workers failed with no restarts left, which
+        this node's workers would most often have felt), so this agent could not re-form the
+        group. A low confidence: the other node's log says which."""
         rows = [r for r in job.rows("exception")
                 if str(r["data"].get("type", "")).endswith("RendezvousClosedError")]
         if not rows or job.crashes.ranks or job.rows("worker_failed", "oom", "spawn_failed"):
             return
         yield self.from_rows(
-            rows, "Another node's torchelastic agent closed the rendezvous as it left the job "
-            "(it was stopped, or its node was scaled down or removed), so this agent could not "
-            "form the group again (RendezvousClosedError), not a failing rank: the other "
-            "nodes' agent logs say why theirs exited.", shown=1, ranks=(), confidence=0.45,
+            rows, "Another node's torchelastic agent closed the rendezvous as it left the job, "
+            "so this agent could not form the group again (RendezvousClosedError); nothing in "
+            "these inputs failed. An agent closes it on any exit: most often it was stopped or "
+            "its node scaled down or removed, but also when its own workers failed with no "
+            "restarts left.", shown=1, ranks=(), confidence=0.4,
+            remedy="Read the other nodes' agent logs for why theirs exited (a signal, a "
+            "scale-down, or a worker failure with --max-restarts used up); an elastic job that "
+            "should survive a node leaving needs --nnodes MIN:MAX with MIN below the nodes left.",
             details={"signals": []})
 
     def _interrupted(self, job: Job) -> Iterator[Finding]:
