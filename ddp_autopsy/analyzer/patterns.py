@@ -823,9 +823,10 @@ PATTERNS: tuple[Pattern, ...] = (
         alias={"signame": "signum"},
         signum=_signum_of_name,
     ),
-    # the crash handler of the processes of vLLM, SGLang, Megatron/TransformerEngine and
-    # torch_xla stacks, before its native frames ('File "<unknown>", line 0, in fn'):
-    # "!!!!!!! Segfault encountered !!!!!!!"
+    # apache-tvm-ffi's fatal-signal handler (TVMFFISegFaultHandler, backtrace.cc), which loading
+    # flashinfer or xgrammar installs in a process (vLLM's, SGLang's, an RL trainer's...), before
+    # its native frames ('File "<unknown>", line 0, in fn'): "!!!!!!! Segfault encountered
+    # !!!!!!!" (it then re-raises SIGSEGV)
     _p(
         "native_signal",
         "Segfault encountered",
