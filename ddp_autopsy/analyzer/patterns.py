@@ -175,8 +175,11 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|nslookup: can't resolve '(?P<host2>[^']+)'(?:: (?P<msg5>.+))?"
         # TCPStore's client (torch 2.4+ TCPStore.cpp TCPClient::connect): "TCP client failed to
         # connect/validate to host {}:{} - retrying (try={}, timeout={}ms, delay={}ms): {}" and
-        # "... - timed out (try={}, timeout={}ms): {}", the socket's own error last; only a
-        # resolver's error here (a refused or timed-out connect is the master's: RDZV003)
+        # "... - timed out (try={}, timeout={}ms): {}", the socket's own error last. socket.cpp
+        # retries a failed name lookup to its deadline (its own warning names the resolver's
+        # error: "cannot be retrieved", above), so the error here is then its timeout; pastes
+        # shorten it to "... to host H:P - Name or service not known", read here (a refused or
+        # timed-out connect is the master's: RDZV003)
         r"|TCP client failed to connect/validate to host (?P<host3>\S+?):(?P<port>\d+) - "
         r"(?:(?:retrying|timed out) \([^)]*\): )?(?P<msg6>[^\n]*?(?:Name or service not known"
         r"|Temporary failure in name resolution|nodename nor servname provided"
