@@ -2,7 +2,8 @@
 
 ## What it detects
 torch's store-based barrier of a process group created after the default one
-(`store_based_barrier_key:N`, N > 1, one per `torch.distributed.new_group`) keeps waiting with
+(`store_based_barrier_key:N`, N > 1, one per `torch.distributed.new_group`; torch 2.x keys it by
+the group's name, N > 0, and words its count "num_workers_joined=") keeps waiting with
 fewer workers than the world size, and never completes: "Waiting in store based barrier to initialize process group
 for rank: 2, key: store_based_barrier_key:2 (world_size=8, worker_count=7, timeout=0:30:00)".
 Every rank passed the default group's barrier already, so the missing ones are alive but
@@ -63,8 +64,9 @@ class NewGroupNotJoined(Rule):
         missing = set(range(world)) - waiting if len(waiting) == joined else set()
         who = rank_phrase(missing, empty=f"{world - joined} of the {world} ranks")
         yield self.from_rows(
-            rows, f"{who[0].upper()}{who[1:]} never reached the creation of process group "
-            f"#{key} (new_group) that {rank_phrase(waiting)} wait in: only {joined} of "
+            rows, f"{who[0].upper()}{who[1:]} never reached the creation of new_group "
+            f"#{key - 1} after the default group (store key {rows[0]['data'].get('key')}) "
+            f"that {rank_phrase(waiting)} wait in: only {joined} of "
             f"{world} ranks arrived.", shown=2, ranks=missing, confidence=0.75,
             details={"barrier_key": key, "world_size": world, "worker_count": joined,
                      "waiting_ranks": sorted(waiting)})

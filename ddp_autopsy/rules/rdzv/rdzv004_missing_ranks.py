@@ -148,9 +148,13 @@ RANK_KEY = re.compile(r"/\d+//(?:cpu|cuda|\w+)//\d+/(\d+)\.?$")
 
 
 def barrier_key(row: dict[str, Any]) -> int | None:
-    """The store barrier's number: 1 for init_process_group's default group, N for the
-    N-1th ``new_group`` after it (``store_based_barrier_key:N``)."""
+    """The store barrier's group, numbered as torch < 2 did: 1 for init_process_group's default
+    group, N for the N-1th ``new_group`` after it (``store_based_barrier_key:N``). torch 2.x
+    keys the barrier by the group's name, "0" for the default group, "N" for the Nth new_group
+    (and words its counts "num_workers_joined="): read one up."""
     key = str(row["data"].get("key", ""))
     tail = key.rsplit(":", 1)[-1]
-    return int(tail) if tail.isdigit() else None
+    if not tail.isdigit():
+        return None
+    return int(tail) + (1 if "num_workers_joined" in row["text"] else 0)
 
