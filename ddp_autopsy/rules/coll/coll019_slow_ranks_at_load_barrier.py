@@ -19,9 +19,9 @@ The barrier's message on the ranks that finished.
 
 ## Remedy
 Make loading equally fast on every node (weights on local disk or pre-warmed in the page cache,
-not one NFS export read cold by every node at once), or raise the framework's timeout
-(`SGLANG_UNBALANCED_MODEL_LOADING_TIMEOUT_S`); if a rank did fail while loading, its own log
-says so: fix that.
+not one NFS export read cold by every node at once), or raise the framework's timeout (SGLang's
+`UNBALANCED_MODEL_LOADING_TIMEOUT_S` in model_runner.py: a constant in most releases, an
+environment override in some); if a rank did fail while loading, its own log says so: fix that.
 
 ## Example
 ```

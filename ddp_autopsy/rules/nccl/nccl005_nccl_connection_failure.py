@@ -124,12 +124,18 @@ class NcclConnectionFailure(Rule):
         if set(verbs) <= LOCAL_VERBS:
             # (a call on the process's own device, no peer in it: the reporter is where)
             ranks = _reporters(rows)
+            text = " ".join(r["text"] for r in rows)
+            why = ("a GPU buffer it could not register for GPUDirect RDMA (Bad address: the "
+                   "nvidia-peermem module not loaded, or no dma-buf support; NCCL_NET_GDR_LEVEL=LOC "
+                   "turns GPUDirect off)" if "Bad address" in text else
+                   "most often the locked-memory limit, `ulimit -l`, in the container or job, or "
+                   "the device's queue and memory-region limits")
             yield self.from_rows(
-                rows, f"{subject(ranks, 'A process')} could not create {'its' if len(ranks) <= 1 else 'their'} "
+                rows, f"{subject(ranks, 'A process')} could not create "
+                f"{'its' if len(ranks) <= 1 else 'their'} "
                 f"InfiniBand resources ({', '.join(verbs)} failed) while NCCL connected the "
-                "communicators: a call on the local device, no peer in it (most often the "
-                "locked-memory limit, `ulimit -l`, in the container or job, or the device's "
-                "queue and memory-region limits).", shown=2, ranks=ranks, confidence=0.6,
+                f"communicators: a call on the local device, no peer in it ({why}).", shown=2,
+                ranks=ranks, confidence=0.6,
                 details={"errors": errors, "verbs": verbs, "at_setup": True})
             return
         yield self.from_rows(
