@@ -979,7 +979,8 @@ PATTERNS: tuple[Pattern, ...] = (
          "driver error:out of memory", "error=2 : out of memory", "OOMKilled",
          "The node was low on resource: memory", "TERM_MEMLIMIT", "TERM_SWAP",
          "PBS: job killed: mem", "PBS: job killed: vmem", "ran out-of-memory",
-         "address the out of memory issue", "attempting to recover from OOM"),
+         "address the out of memory issue", "attempting to recover from OOM",
+         "Failed to CUDA calloc", "Failed to CUDA malloc"),
         r"(?:(?P<cuda>CUDA out of memory)(?:\. Tried to allocate (?P<tried>[\d.]+ [KMGT]i?B))?"
         # the other backends' caching allocators say the same of their device ("HIP out of
         # memory. Tried to allocate", "XPU out of memory", torch_npu's "NPU out of memory", "MPS
@@ -1034,7 +1035,11 @@ PATTERNS: tuple[Pattern, ...] = (
         r"|The replica (?P<replica>\w[\w-]*(?: \d+)?) ran out-of-memory"
         # fairseq's and metaseq's trainer catching a CUDA OOM to skip the batch (trainer.py):
         # "attempting to recover from OOM in forward/backward pass"
-        r"|(?P<cuda6>attempting to recover from OOM)(?: in [\w/ ]+pass)?)",
+        r"|(?P<cuda6>attempting to recover from OOM)(?: in [\w/ ]+pass)?"
+        # NCCL's device allocations (include/alloc.h, 2.14+): "Failed to CUDA calloc async 1920
+        # bytes", "Failed to CUDA malloc 67108864 bytes" (its WARN, or torch's "Last error:"
+        # under an ncclInternalError / ncclUnhandledCudaError)
+        r"|Failed to (?P<cuda7>CUDA (?:calloc(?: async)?|malloc)) (?P<nbytes>\d+) bytes)",
     ),
     # kubectl describe pod's "Last State:     Terminated" (the container's previous run: the
     # "Reason: OOMKilled" under it is history)

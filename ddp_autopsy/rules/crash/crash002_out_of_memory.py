@@ -12,6 +12,9 @@ confidence; so, lower still, is a Ray actor whose process died with no error of 
 exit type: SYSTEM_ERROR"), which Ray itself puts down to the OOM killer first; and, lowest, a
 launcher's teardown of its workers glued to a checkpoint-loading progress bar ("Loading
 checkpoint shards: 47%|... Sending process N closing signal SIGTERM") with no worker's error.
+NCCL's own failed device allocation ("Failed to CUDA calloc async 1920 bytes", include/alloc.h;
+torch quotes it as an ncclInternalError's "Last error:") is read as GPU memory running out unless
+another CUDA error came with it (after an illegal access every allocation fails).
 
 ## Why it hangs or kills the job
 The rank that runs out of memory dies (or is killed without a traceback); the others block in
@@ -98,6 +101,11 @@ class OutOfMemory(Rule):
 
     def check(self, job: Job) -> Iterator[Finding]:
         rows = [r for r in job.rows("oom") if not _recovered(job, r) and not _history(job, r)]
+        if any("nbytes" in r["data"] for r in rows) and any(
+                "out of memory" not in r["text"] for r in job.rows("cuda_failure")):
+            # (NCCL's "Failed to CUDA calloc" says only that an allocation failed: after
+            # another CUDA error, an illegal access, every later call fails so)
+            rows = [r for r in rows if "nbytes" not in r["data"]]
         if not rows:
             killed = list(self._killed(job)) or list(self._ray_worker_died(job))
             yield from killed or self._teardown_while_loading(job)
