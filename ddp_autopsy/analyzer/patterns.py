@@ -1623,6 +1623,14 @@ PATTERNS: tuple[Pattern, ...] = (
         max=int,
         node_rank=int,
     ),
+    # Intel oneCCL's own error lines (the torch-ccl / XPU "ccl" and "xccl" backends): its
+    # logger writes "2024:01:15-03:36:29:(1980058) |CCL_ERROR| global.cpp:150
+    # getenv_local_coord: condition ... failed" (|CCL_WARN| for warnings, not read)
+    _p(
+        "ccl_error",
+        "|CCL_ERROR|",
+        r"\|CCL_ERROR\|\s*(?:(?P<src>[\w./-]+:\d+)\s+)?(?P<msg>\S.*)$",
+    ),
     # torchelastic's agent when its workers all finished (agent/server/api.py _invoke_run):
     # "[default] worker group successfully finished. Waiting 300 seconds for other agents to
     # finish." (torch 1.10+), "Local worker group finished (WorkerState.SUCCEEDED). Waiting 300
@@ -2047,6 +2055,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "checkpoint_world_mismatch": {"failure"},
     "launch_nodes": {"info"},
     "random_run_id": {"info"},
+    "ccl_error": {"failure"},
     "worker_group_succeeded": {"info"},
     "usage_error": {"failure", "crash"},
     "load_barrier_unfinished": {"failure"},
