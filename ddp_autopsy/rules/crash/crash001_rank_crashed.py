@@ -25,7 +25,8 @@ counted as first failures, nor is the SIGABRT (-6) with which torch's watchdog e
 process after a timeout (torchelastic's exit code or mp.spawn's signal), nor an exception raised
 while torch built its communication backend (init_process_group's process-group helper,
 init_rpc's backend: the environment cannot run it, on every rank alike; the best-effort verdict
-quotes it when no other rule knows it). The workers' argparse usage error ("train.py: error:
+quotes it when no other rule knows it), nor a known error of the environment every process
+raises alike while setting up (CRASH004's list). The workers' argparse usage error ("train.py: error:
 unrecognized arguments: --local-rank=4", exit code 2, no traceback) is their failure when the job
 ran no further (no timeouts, no lost peers); a launcher's own ("torchrun: error: ...") is not a
 rank's.
@@ -155,6 +156,7 @@ class RankCrashed(Rule):
         exceptions = [r for r in all_exceptions
                       if not r["consequence"] and not launcher_side(r["data"].get("frame"))
                       and not backend_setup(r["data"])
+                      and not any(needle in r["text"] for needle, _ in SETUP_ERRORS)
                       and not NCCL_ERROR.search(r["text"]) and not garbled_object(r)
                       and not job.crashes.survived_row(r)]
         failures = job.rows("elastic_failure")
@@ -167,6 +169,9 @@ class RankCrashed(Rule):
         watchdog_aborted = {r["rank"] for r in job.rows(*WATCHDOG_ABORTS)} - {None}
         roots = [f for f in failures if f["data"].get("root") and not (
             f["data"].get("exitcode") == -6 and f["data"].get("rank") in watchdog_aborted)]
+        if not primary and any(needle in r["text"] for r in all_exceptions
+                               for needle, _ in SETUP_ERRORS):
+            return  # (the environment's error, every rank's: the best-effort verdict's to quote)
         if primary:
             primary = earliest_first(primary)
             first = primary[0]
@@ -717,3 +722,23 @@ def launcher_side(frame: object) -> bool:
     """Whether an exception's innermost frame is the launcher's (its agent failing at
     rendezvous, say): no rank crashed, the launch did."""
     return isinstance(frame, dict) and bool(LAUNCHER_CODE.search(str(frame.get("file", ""))))
+
+#: Errors of the environment that every process raises alike while setting up, none of the
+#: catalog's classes: the message's words (from their sources) and what is known to fix them.
+SETUP_ERRORS: tuple[tuple[str, str], ...] = (
+    # torch/csrc/distributed/c10d/TCPStore.cpp (2.4+ defaults to the libuv store; the Windows
+    # and some other wheels are built without it)
+    ("use_libuv was requested but PyTorch was build without libuv support",
+     "This torch build has no libuv TCPStore, which the launcher asks for by default (torch "
+     "2.4+): set USE_LIBUV=0 in the environment (or add ?use_libuv=0 to the init method / "
+     "rendezvous endpoint)."),
+    # torch/csrc/distributed/c10d/ProcessGroupGloo.cpp makeDeviceForHostname (Windows builds)
+    ("makeDeviceForHostname(): unsupported gloo device",
+     "This torch build's Gloo has no transport for this host's interface (a Windows build): set "
+     "GLOO_SOCKET_IFNAME to the interface to use, or use another torch build (Linux, WSL2)."),
+    # accelerate's state.py check of consumer GPUs (RTX 3090/4000) without P2P or InfiniBand
+    ("doesn't support faster communication broadband via P2P or IB",
+     "These GPUs have no peer-to-peer or InfiniBand path NCCL could use: set "
+     "NCCL_P2P_DISABLE=1 and NCCL_IB_DISABLE=1 (or launch with `accelerate launch`, which sets "
+     "them)."),
+)

@@ -4,7 +4,11 @@
 Runs only when no other rule found a root cause. If the inputs still hold a failure — an
 exception, a non-zero exit, an NCCL or c10d error, a timeout — the verdict is never silent: this
 rule names the earliest failing rank, host and line, with a low confidence, and the rules that
-were tried.
+were tried. An error of the environment that every process raises alike while setting up, which
+no class of the catalog describes (a torch build without the libuv store, "use_libuv was requested
+but PyTorch was build without libuv support"; a Windows Gloo without a transport,
+"makeDeviceForHostname(): unsupported gloo device"; accelerate's check of consumer GPUs without
+P2P or InfiniBand), is said to be that, with what is known to fix it.
 
 ## Why it hangs or kills the job
 Unknown: the failure is one the catalog does not know yet (or a fragment too short to tell).
@@ -38,7 +42,7 @@ from ddp_autopsy.analyzer.attribution import STREAM_TASK
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.rules.base import Finding, Rule, earliest_first, excerpt, rank_phrase
-from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
+from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE, SETUP_ERRORS
 
 
 def failing_kinds() -> tuple[str, ...]:
@@ -128,7 +132,15 @@ class UnclassifiedFailure(Rule):
                        "lost their peers, and the inputs do not show whom they waited for "
                        f"(first: {excerpt(first['text'])})")
             ranks = []
+        known = next((why for needle, why in SETUP_ERRORS if needle in first["text"]), None)
+        if known:
+            # (an error of the environment every rank raises alike: no class of the catalog,
+            # but what is known of it is said)
+            summary = (f"Every process fails the same way while setting up, with an error of "
+                       f"this environment, not of one rank: {excerpt(first['text'])}. {known}")
+            ranks = []
         yield self.from_rows(rows, summary, shown=3, ranks=ranks, hosts=[first.get("host")],
                              confidence=0.25, ts=first["ts"],
-                             details={"kind": first["kind"], "failures": failing.height})
+                             details={"kind": first["kind"], "failures": failing.height,
+                                      "known_setup_error": bool(known)})
 
