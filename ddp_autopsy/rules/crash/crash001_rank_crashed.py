@@ -155,7 +155,7 @@ class RankCrashed(Rule):
         # (or the fallback's) to explain: the rank did not crash by itself.
         exceptions = [r for r in all_exceptions
                       if not r["consequence"] and not launcher_side(r["data"].get("frame"))
-                      and not backend_setup(r["data"])
+                      and not (backend_setup(r["data"]) and not NETWORK.search(r["text"]))
                       and not any(needle in r["text"] for needle, _ in SETUP_ERRORS)
                       and not NCCL_ERROR.search(r["text"]) and not garbled_object(r)
                       and not job.crashes.survived_row(r)]
@@ -714,6 +714,9 @@ def backend_setup(data: dict[str, Any]) -> bool:
     return bool(frames & BACKEND_SETUP)
 
 
+#: A backend's set-up that failed on the network (a peer refused, timed out): the rank's own
+#: failure to report, as a symptom of what the network rules find.
+NETWORK = re.compile(r"(?i)connect|refused|timed out|unreachable|no route|reset by peer")
 #: torch's functions that build a process group's or an RPC agent's backend.
 BACKEND_SETUP = frozenset({"_new_process_group_helper", "_init_rpc_backend"})
 
