@@ -15,7 +15,7 @@ corpus_score = importlib.util.module_from_spec(spec)
 sys.modules["corpus_score"] = corpus_score  # its dataclasses look their module up
 spec.loader.exec_module(corpus_score)
 
-#: measured 1025/1163 = 0.881 (after session 12's blind batches s53-s62, 71 cases; 966/1092 =
+#: measured 1029/1163 = 0.885 (after session 12's blind batches s53-s62, 71 cases; 966/1092 =
 #: 0.885 after session 11's blind batches s43-s52, 154 cases kept;
 #: 829/938 = 0.884 after session 10's s33-s42; s28's 17 are vendor stacks, HCCL/oneCCL/XLA/
 #: Neuron, outside the NCCL/Gloo catalog: without them 956/1075 = 0.889)
