@@ -237,7 +237,9 @@ class LoopbackAddress(Rule):
             rows, "Gloo could not connect its full mesh and names no address: no rank failed "
             "before it, so the address a peer advertised is likely one this rank cannot reach "
             "(the host name resolving to a loopback or container address, or the wrong of "
-            "several interfaces). Set GLOO_SOCKET_IFNAME to the interface the hosts share.",
+            "several interfaces). Set GLOO_SOCKET_IFNAME to the interface the hosts share; if it "
+            "already is, a firewall or security group between the hosts blocks the ephemeral "
+            "ports Gloo's pairs connect on (MASTER_PORT alone open is not enough).",
             shown=2, confidence=0.45, details={"gloo": "unaddressed"})
 
     def _no_subnet_match(self, job: Job) -> Iterator[Finding]:
