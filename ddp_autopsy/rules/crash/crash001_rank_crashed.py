@@ -153,10 +153,12 @@ class RankCrashed(Rule):
         all_exceptions = job.decoded_rows(frame)
         # NCCL's own errors ("NCCL error in: ..., unhandled system error") are the NCCL rules'
         # (or the fallback's) to explain: the rank did not crash by itself.
+        # (an error of the environment every process raises alike: the best-effort verdict's)
+        setup = [r for r in all_exceptions if setup_error(r["text"])]
         exceptions = [r for r in all_exceptions
                       if not r["consequence"] and not launcher_side(r["data"].get("frame"))
                       and not (backend_setup(r["data"]) and not NETWORK.search(r["text"]))
-                      and not any(needle in r["text"] for needle, _ in SETUP_ERRORS)
+                      and r not in setup
                       and not NCCL_ERROR.search(r["text"]) and not garbled_object(r)
                       and not job.crashes.survived_row(r)]
         failures = job.rows("elastic_failure")
@@ -169,8 +171,7 @@ class RankCrashed(Rule):
         watchdog_aborted = {r["rank"] for r in job.rows(*WATCHDOG_ABORTS)} - {None}
         roots = [f for f in failures if f["data"].get("root") and not (
             f["data"].get("exitcode") == -6 and f["data"].get("rank") in watchdog_aborted)]
-        if not primary and any(needle in r["text"] for r in all_exceptions
-                               for needle, _ in SETUP_ERRORS):
+        if setup and not primary:
             return  # (the environment's error, every rank's: the best-effort verdict's to quote)
         if primary:
             primary = earliest_first(primary)
@@ -725,6 +726,12 @@ def launcher_side(frame: object) -> bool:
     """Whether an exception's innermost frame is the launcher's (its agent failing at
     rendezvous, say): no rank crashed, the launch did."""
     return isinstance(frame, dict) and bool(LAUNCHER_CODE.search(str(frame.get("file", ""))))
+
+
+def setup_error(text: str) -> str | None:
+    """What fixes the known error of the environment ``text`` holds (SETUP_ERRORS), if any."""
+    return next((fix for needle, fix in SETUP_ERRORS if needle in text), None)
+
 
 #: Errors of the environment that every process raises alike while setting up, none of the
 #: catalog's classes: the message's words (from their sources) and what is known to fix them.

@@ -42,7 +42,7 @@ from ddp_autopsy.analyzer.attribution import STREAM_TASK
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.rules.base import Finding, Rule, earliest_first, excerpt, rank_phrase
-from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE, SETUP_ERRORS
+from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE, setup_error
 
 
 def failing_kinds() -> tuple[str, ...]:
@@ -132,7 +132,7 @@ class UnclassifiedFailure(Rule):
                        "lost their peers, and the inputs do not show whom they waited for "
                        f"(first: {excerpt(first['text'])})")
             ranks = []
-        known = next((why for needle, why in SETUP_ERRORS if needle in first["text"]), None)
+        known = setup_error(first["text"])
         if known:
             # (an error of the environment every rank raises alike: no class of the catalog,
             # but what is known of it is said)

@@ -128,7 +128,6 @@ class PortInUse(Rule):
             "the inputs: most often the port is already in use (an earlier run, or another job "
             "on this host).", confidence=0.5, details={"ports": ports, "reason_cut": True})
 
-
     def _standalone_store_lost(self, job: Job) -> Iterator[Finding]:
         """A single-node job whose rendezvous id is a UUID (torchrun --standalone's) lost the
         rendezvous store after the rendezvous completed (a keep-alive or the shutdown failed,

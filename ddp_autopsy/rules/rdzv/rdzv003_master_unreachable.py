@@ -56,17 +56,17 @@ class MasterUnreachable(Rule):
                 # (after the workers finished, the agent that hosts the store may exit first:
                 # the others' shutdown or last keep-alive then fails, harmlessly)
                 return
-            if alive:
-                node = KEEPALIVE_NODE.search(alive[0]["text"])
-                yield self.finding(
-                    f"The rendezvous store became unreachable mid-run: "
-                    f"{'node ' + repr(node.group(1)) if node else 'a node'} failed to "
-                    f"{'shut down' if 'shutdown' in alive[0]['text'] else 'send its keep-alive heartbeat to'}"
-                    " the rendezvous after it had completed "
-                    "(RendezvousConnectionError). The host of the rendezvous endpoint (the agent "
-                    "that serves the c10d store) stopped, crashed or lost its network: its own log "
-                    "says which.", evidence=[evidence_of(r) for r in alive[:2]],
-                    hosts=[r["host"] for r in alive], confidence=0.45, ts=first_ts(alive))
+            node = KEEPALIVE_NODE.search(alive[0]["text"])
+            what = "shut down" if "shutdown" in alive[0]["text"] else \
+                "send its keep-alive heartbeat to"
+            yield self.finding(
+                f"The rendezvous store became unreachable mid-run: "
+                f"{'node ' + repr(node.group(1)) if node else 'a node'} failed to {what}"
+                " the rendezvous after it had completed "
+                "(RendezvousConnectionError). The host of the rendezvous endpoint (the agent "
+                "that serves the c10d store) stopped, crashed or lost its network: its own log "
+                "says which.", evidence=[evidence_of(r) for r in alive[:2]],
+                hosts=[r["host"] for r in alive], confidence=0.45, ts=first_ts(alive))
             return
         endpoints = sorted({f"{r['data']['host']}:{r['data']['port']}" for r in rows
                             if r["data"].get("host")})
