@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ddp_autopsy.analyzer.job import load
@@ -39,19 +39,22 @@ class Case:
     cause_ok: bool
     ranks_ok: bool
     summary: str | None
+    errored: list[str] = field(default_factory=list)  # rules that raised on the case
 
 
 def score_case(case: Path) -> Case:
     truth = json.loads((case / "truth.json").read_text())
     files = [p for p in case.iterdir() if p.name != "truth.json"]
-    verdict = run(load(files)).verdict
+    analysis = run(load(files))
+    verdict = analysis.verdict
     want = SAME.get(truth["cause"], {truth["cause"]})
     got = verdict.cause if verdict else None
     culprits = truth.get("culprit_ranks") or []
     cause_ok = got in want
     ranks_ok = cause_ok and (not culprits or set(verdict.ranks) == set(culprits))
     return Case(case.name, truth["cause"], culprits, got, verdict.ranks if verdict else [],
-                cause_ok, ranks_ok, verdict.summary if verdict else None)
+                cause_ok, ranks_ok, verdict.summary if verdict else None,
+                [o.rule for o in analysis.outcomes if o.status == "errored"])
 
 
 def cases_in(roots: list[Path]) -> list[Path]:

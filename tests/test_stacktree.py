@@ -382,11 +382,14 @@ def test_collect_native_of_a_real_job_keeps_stacks_mergeable(tmp_path: Path) -> 
     import collect_helpers as h
 
     from ddp_autopsy.collectors import CollectOptions, collect
+    from ddp_autopsy.collectors.pyspy import find_pyspy
 
     job = h.start_spawn(tmp_path / "spawn", nprocs=3)
     try:
         job.wait_ready(3, 120)
-        probe = subprocess.run(["py-spy", "dump", "--native", "--pid", str(job.ranks[1])],
+        pyspy = find_pyspy()
+        assert pyspy, "py-spy is a core dependency: it is installed beside the interpreter"
+        probe = subprocess.run([pyspy, "dump", "--native", "--pid", str(job.ranks[1])],
                                capture_output=True, text=True, timeout=60)
         if probe.returncode != 0:
             pytest.skip(f"py-spy --native cannot attach here: {probe.stderr.strip()[:200]}")

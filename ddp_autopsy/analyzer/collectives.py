@@ -730,12 +730,20 @@ def _group_for_unprefixed(row: dict[str, Any],
                                              else None)
 
 
+def _completed(d: dict[str, Any]) -> int:
+    """A watchdog report's last completed work, -1 when none: a number past the last enqueued
+    one is the counter before any work completed (torch 2.3 printed it uninitialized: "last
+    enqueued NCCL work: 1, last completed NCCL work: 76280750235782912")."""
+    done = d.get("completed", -1)
+    return -1 if d.get("enqueued") is not None and done > d["enqueued"] else done
+
+
 def _apply_log_row(g: GroupTimeline, row: dict[str, Any]) -> None:
     d, rank, kind = row["data"], row.get("rank"), row["kind"]
     if kind == "watchdog_summary" and rank is not None:
         st = g.ranks.setdefault(rank, RankState(rank=rank))
         st.last_issued = max(st.last_issued or -1, d.get("enqueued", -1))
-        st.last_completed = max(st.last_completed or -1, d.get("completed", -1))
+        st.last_completed = max(st.last_completed or -1, _completed(d))
         st.timed_out_at = d.get("seq", st.timed_out_at)
     elif kind == "watchdog_timeout":
         rank = rank if rank is not None else d.get("pgrank")
@@ -748,7 +756,7 @@ def _apply_log_row(g: GroupTimeline, row: dict[str, Any]) -> None:
         # enqueued NCCL work: 77, last completed NCCL work: 77")
         st = g.ranks.setdefault(rank, RankState(rank=rank))
         st.last_issued = max(st.last_issued or -1, d["enqueued"])
-        st.last_completed = max(st.last_completed or -1, d.get("completed", -1))
+        st.last_completed = max(st.last_completed or -1, _completed(d))
     elif kind == "desync_not_joined":
         for r in _ints(d.get("ranks", "")):
             st = g.ranks.setdefault(r, RankState(rank=r))

@@ -506,12 +506,14 @@ PATTERNS: tuple[Pattern, ...] = (
         # sequence number and op, when shown, still place the rank in the collective
         r"|(?:\[Rank (?P<pgrank4>\d+)\] )?Watchdog caught collective operation timeout:? "
         r"Work(?:NCCL|HCCL|XCCL)\([^)]*?SeqNum=(?P<seq4>\d+)(?:, OpType=(?P<op4>\w+)(?=,))?"
-        r"[^)]*$(?P<cut>)"
+        # (cut after its "Timeout(ms)=", whose ")" is not the WorkNCCL's own)
+        r"[^)]*(?:Timeout\(ms\)[^)]*)?$(?P<cut>)"
         # ... or cut inside its first words ("[Rank 1] Watchdog c"): a timeout of that rank
         # (not after the whole word "caught": that line is wrapped, and joined with the next)
         r"|\[Rank (?P<pgrank5>\d+)\] Watchdog(?: (?:c(?:a(?:u(?:gh?)?)?)?)?)?\s*$(?P<cut2>)"
-        # ... or wrapped right after its "timeout:" (the rest, WorkNCCL(...), on the next lines)
-        r"|(?:Watchdog c|C)aught collective operation timeout:\s*$(?P<cut3>)"
+        # ... or wrapped right after its "timeout:" (the rest, WorkNCCL(...), on the next lines),
+        # or cut there by whoever pasted it
+        r"|(?:Watchdog c|C)aught collective operation timeout:?\s*$(?P<cut3>)"
         # ... or its head garbled (another process's output spliced into the words, as two
         # writers to one terminal do): the tail WorkNCCL::checkTimeout builds is its own
         r"|Work(?:NCCL|HCCL|XCCL)\((?:SeqNum=(?P<seq6>\d+), )?OpType=(?P<op6>\w+)"

@@ -371,6 +371,8 @@ class CollectiveMismatch(Rule):
         for seq, timed in timeouts_by_seq(job).items():
             for rank, r in timed:
                 d = r["data"]
+                if not d.get("op"):
+                    continue  # (a line cut before its op: says nothing of which call)
                 # (the same op with another size is another call too: a 1-element metric
                 # against a gradient bucket)
                 by_seq[seq][rank] = d["op"] + (f" of {d['nin']} elements"
@@ -445,7 +447,8 @@ class CollectiveMismatch(Rule):
                 f"different one there (another op or size, or a call only some ranks make), so "
                 f"the ranks' sequences of collectives diverged at #{low}"
                 + (f"; {rank_phrase(culprits)} {'is' if len(culprits) == 1 else 'are'} the "
-                   "odd one" + ("s." if len(culprits) > 1 else ".") if majority else "."),
+                   "odd one" + ("s." if len(culprits) > 1 else ".")
+                   if majority and culprits else "."),
                 evidence=[evidence_of(r) for r in _prefer(g.log_rows, culprits)[:3]],
                 ranks=culprits if majority else (), confidence=0.6,
                 ts=first_ts(g.log_rows),

@@ -183,6 +183,9 @@ class RankCrashed(Rule):
                 # The unranked exception's CUDA error, re-raised by a ranked watchdog line
                 ranks = {r["rank"] for r in job.rows("cuda_failure") if r["rank"] is not None
                          and (m := STICKY_CUDA.search(r["text"])) and m.group(0) in first["text"]}
+            if not ranks and (lone := _lone_failed_worker(job, first)) is not None:
+                ranks, failures = {lone["rank"]}, [*failures, {**lone, "data": {
+                    **lone["data"], "rank": lone["rank"]}}]
             entry = next((f for f in failures if f["data"].get("rank") in ranks), None)
             code = entry["data"].get("exitcode") if entry else None
             who = subject(ranks, "A rank")
@@ -549,14 +552,17 @@ class RankCrashed(Rule):
         unnamed = [r for r in signals if "signum" not in r["data"]
                    and (r["host"], r["data"].get("pid")) not in named]
         # Open MPI's "The first process to do so was: Process name: [[J,N],R]" (non-zero exit)
-        first_out = [r for r in job.rows("mpi_process_exit") if "signum" not in r["data"]]
+        def watchdogs(r: dict[str, Any]) -> bool:
+            # (an abort no rank is named on, beside a watchdog's abort, is taken for it)
+            return _exit_code(r["data"]) == -6 and bool(aborted) and (
+                r["rank"] in aborted or None in aborted or r["rank"] is None)
+
+        first_out = [r for r in job.rows("mpi_process_exit")
+                     if "signum" not in r["data"] and not watchdogs(r)]
         exits = earliest_first([*unnamed, *first_out, *(
             r for r in job.rows("worker_failed", "worker_signal", "native_signal",
                                 "mpi_process_exit")
-            if _crash_exit(_exit_code(r["data"]))
-            # (an abort no rank is named on, beside a watchdog's abort, is taken for it)
-            and not (_exit_code(r["data"]) == -6 and aborted
-                     and (r["rank"] in aborted or None in aborted or r["rank"] is None)))])
+            if _crash_exit(_exit_code(r["data"])) and not watchdogs(r))])
         if exits and exits[0] not in first_out and _exit_code(exits[0]["data"]) is not None \
                 and _exit_code(exits[0]["data"]) > 0 and any(
                     r["rank"] is None and r["source"] == exits[0]["source"]
@@ -596,6 +602,19 @@ class RankCrashed(Rule):
                 evidence=[evidence_of(exits[0])], ranks=[rank],
                 hosts=[host], confidence=0.5, ts=exits[0]["ts"],
                 details={"exitcode": d["exitcode"], "local_rank": d.get("local_rank")})
+
+
+def _lone_failed_worker(job: Job, exc: dict[str, Any]) -> dict[str, Any] | None:
+    """The launcher's report of the one worker that exited with an error status after the
+    unranked exception ``exc``, in the same file ("failed (exitcode: 1) local_rank: 0 (pid:
+    N)"): the exception is that worker's. None when more than one rank exited with an error
+    (then the exception may be any of theirs) or the report names no rank."""
+    exits = [r for r in job.rows("worker_failed")
+             if isinstance(code := _exit_code(r["data"]), int) and code > 0]
+    if len({r["rank"] for r in exits}) != 1 or exits[0]["rank"] is None:
+        return None
+    after = [r for r in exits if r["source"] == exc["source"] and r["line"] > exc["line"]]
+    return after[0] if after else None
 
 
 def lone_laggard(job: Job) -> int | None:
@@ -659,8 +678,13 @@ def _after_failure(job: Job, row: dict[str, Any]) -> bool:
 
 def _exit_code(d: dict[str, Any]) -> object:
     """A launcher's exit code, or the signal it reported as one (-11 for "Signal 11 (SIGSEGV)
-    received by PID ...")."""
-    return -d["signum"] if isinstance(d.get("signum"), int) else d.get("exitcode")
+    received by PID ..."); a shell's or MPI launcher's 128 + N is signal N's (134: SIGABRT)."""
+    if isinstance(d.get("signum"), int):
+        return -d["signum"]
+    code = d.get("exitcode")
+    if isinstance(code, int) and 128 < code < 160:
+        return 128 - code
+    return code
 
 
 def _crash_exit(code: object) -> bool:

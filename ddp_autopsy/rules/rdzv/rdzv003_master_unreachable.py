@@ -29,6 +29,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
+
+import polars as pl
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, ending, evidence_of, first_ts
@@ -46,7 +49,10 @@ class MasterUnreachable(Rule):
         # "has failed to send a keep-alive heartbeat to the rendezvous") is the store lost
         # mid-run: its host stopped, crashed or dropped off the network.
         # (or its shutdown of the rendezvous at the end: "has failed to shutdown the rendezvous")
-        alive = [r for r in rows if any(w in r["text"] for w in AFTER_RENDEZVOUS)]
+        # (so is the agent's RendezvousConnectionError once its workers had run: the store
+        # lost while the agent watched them, "num_nodes_waiting()" in its traceback)
+        alive = [r for r in rows if any(w in r["text"] for w in AFTER_RENDEZVOUS)
+                 or (r["kind"] == "rdzv_connection_error" and workers_ran_before(job, r))]
         rows = [r for r in rows if r not in alive]
         if not rows:
             if not alive:
@@ -115,6 +121,14 @@ class MasterUnreachable(Rule):
             ranks=[r["rank"] for r in ended], hosts=[r["host"] for r in ended],
             confidence=0.7 if port0 else 0.5, ts=first_ts(ended),
             details={"endpoints": endpoints})
+
+
+def workers_ran_before(job: Job, row: dict[str, Any]) -> bool:
+    """Whether workers of the launcher that wrote ``row`` had written lines before it (their
+    rank prefixes): its rendezvous had completed."""
+    return job.active_events.filter(
+        (pl.col("source") == row["source"]) & (pl.col("line") < row["line"])
+        & pl.col("rank").is_not_null()).height > 0
 
 
 #: The member named in dynamic_rendezvous's keep-alive warning ("The node 'host_3427_0' ...").

@@ -47,7 +47,7 @@ class CollectiveTimeout(Rule):
             return
         ranks = ranks_of(rows)
         ops = sorted({f"{r['data']['op']} #{r['data'].get('seq', '?')}" for r in rows
-                      if r["kind"] == "watchdog_timeout"})
+                      if r["kind"] == "watchdog_timeout" and r["data"].get("op")})
         what = f" in {', '.join(ops[:3])}" if ops else ""
         who = subject(ranks, "Ranks")
         yield self.from_rows(rows, f"{who} timed out waiting for peers{what}.", ranks=ranks,
