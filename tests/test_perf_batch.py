@@ -1,7 +1,8 @@
 """Many small files are read ahead and sifted many to a batch (``events.Presifter``): the events,
 notes and inputs must be exactly those of reading each file on its own.
 
-The input is every log of the corpus and the rule cases, side by side in one directory, plus
+The input is every log of the rule cases and a fixed sample of the corpus (all of it with
+``DDP_AUTOPSY_FULL_CORPUS=1``: test_perf_quick.equivalence_cases), side by side in one directory, plus
 files made to take every way out of the batch (no final newline, NUL bytes, byte-order marks,
 invalid UTF-8, ANSI colours, py-spy dumps, a Flight Recorder name, an empty file, a file
 larger than a batch, a compressed one)."""
@@ -19,6 +20,11 @@ from polars.testing import assert_frame_equal
 
 from ddp_autopsy.analyzer import events, job
 
+try:
+    from tests.test_perf_quick import equivalence_cases
+except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
+    from test_perf_quick import equivalence_cases  # type: ignore[no-redef]
+
 ROOT = Path(__file__).parent
 PYSPY = (b"Process 4242: python train.py\nPython v3.11.7 (/usr/bin/python3.11)\n\n"
          b"Thread 4242 (idle): \"MainThread\"\n    wait (threading.py:320)\n")
@@ -28,7 +34,7 @@ def _inputs(root: Path) -> Path:
     out = root / "logs"
     out.mkdir()
     n = 0
-    for case in sorted([*ROOT.glob("corpus/*/"), *ROOT.glob("rules/cases/*/")]):
+    for case in equivalence_cases(near_misses=False):
         for f in sorted(case.rglob("*")):
             if f.is_file() and f.name not in ("truth.json", "expect.json", "SOURCE.md"):
                 d = out / f"{n:04d}-{case.name}"

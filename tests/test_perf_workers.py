@@ -1,8 +1,8 @@
 """Many large plain files are read, sifted and classified in forked worker processes
 (``events.Presifter``, ``workers.ForkPool``): the events, notes and inputs must be exactly those
-of reading them in this process, for every log of the corpus and the rule cases (and the large
-files of ``test_perf_quick``); a worker killed by a signal mid-read, or one that hangs, leaves a
-note and loses no event."""
+of reading them in this process, for every log of the rule cases and a fixed sample of the
+corpus (``test_perf_quick.equivalence_cases``), and the large files of ``test_perf_quick``; a
+worker killed by a signal mid-read, or one that hangs, leaves a note and loses no event."""
 
 from __future__ import annotations
 

@@ -189,6 +189,20 @@ def moved(moves: Iterable[Movement], procs: Iterable[Any]) -> list[Any]:
             if (p.rank in by_rank if p.rank is not None and by_rank else p.pid in by_pid)]
 
 
+def all_still(moves: Iterable[Movement], procs: Iterable[Any]) -> bool:
+    """Whether every process of ``procs`` was seen in two snapshots or more and none moved
+    (matched as :func:`moved` matches them)."""
+    moves = list(moves)
+    by_rank = {m.rank: m for m in moves if m.rank is not None}
+    by_pid = {m.pid: m for m in moves}
+    procs = list(procs)
+    for p in procs:
+        m = by_rank.get(p.rank) if p.rank is not None and by_rank else by_pid.get(p.pid)
+        if m is None or m.moved or m.snapshots < 2:
+            return False
+    return bool(procs)
+
+
 def still(moves: Iterable[Movement]) -> int:
     """How many snapshots saw the ranks that did not move (0: no comparison was possible)."""
     return max((m.snapshots for m in moves if not m.moved), default=0)

@@ -80,20 +80,28 @@ class RankStuckOutsideCollective(Rule):
         outside = [c for c in tree.classes if c.collective is None]
         n_wait = sum(c.size for c in waiting)
         n_out = sum(c.size for c in outside)
-        if not waiting or not outside or n_out > n_wait:
+        if not waiting or not outside:
             return
         waiters = [p for c in waiting for p in tree.members(c.members)]
         if snapshots.moved(job.snapshot_moves, waiters):
             return  # their collective completed between stack snapshots: the job moves on
+        procs = [p for c in outside for p in tree.members(c.members)]
+        # (more ranks outside than in it: the few may only be early, and the others computing
+        # on; unless those outside are blocked too, idle where py-spy saw them (a lock, a
+        # sleep, a read) and every rank stood still over the snapshots)
+        if n_out > n_wait and not (all(c.idle == c.size for c in outside) and snapshots.all_still(
+                job.snapshot_moves, [*waiters, *procs])):
+            return
         top = max(waiting, key=lambda c: c.size)
         op = wait_label(top.collective)
-        procs = [p for c in outside for p in tree.members(c.members)]
         places = []
         for c in outside:
             frame = c.user_frame
             where = f"{frame.func} ({frame.file}:{frame.line})" if frame else "an unknown frame"
             kind = f" ({c.place})" if c.place else ""
-            places.append(f"{stacktree.who(tree.members(c.members))} is in {where}{kind}")
+            members = tree.members(c.members)
+            places.append(f"{stacktree.who(members)} {'is' if len(members) == 1 else 'are'} "
+                          f"in {where}{kind}")
         ranks = [p.rank for p in procs]
         who = rank_phrase([r for r in ranks if r is not None]) if None not in ranks \
             else stacktree.who(procs)
@@ -117,7 +125,7 @@ class RankStuckOutsideCollective(Rule):
             evidence=evidence,
             ranks=ranks,
             hosts=[p.host for p in procs],
-            confidence=0.85 if n_wait >= 2 else 0.7,
+            confidence=0.6 if n_out > n_wait else 0.85 if n_wait >= 2 else 0.7,
             details={
                 "collective": op,
                 "frame": first.func if first else None,

@@ -143,14 +143,23 @@ class SilentRanks(Rule):
         timeouts = job.decoded_rows(timed_out)
         if not silent:
             return  # every rank waited: in different collectives, COLL011 says which
-        if len(silent) > max(1, world // 2):
-            # Most ranks silent: the logs are a fragment. A timeout still means some rank never
-            # reached the collective. Rank 0 exists in every job, and rank-0-only work is the
-            # usual reason one rank is elsewhere: when it is not among those that waited, it is
-            # the first suspect (named as such, at a low confidence).
+        last = _last_lines(events, silent)
+        # (a rank whose lines include a failure, or whose last line is the distributed
+        # runtime's own, its watchdog's teardown say, is no rank seen at other work: its
+        # timeout was cut from the paste)
+        failing = set(events.filter(pl.col("kind").is_in(list(kinds_tagged("failure"))))[
+            "rank"].drop_nulls().to_list())
+        talking = {r for r, row in last.items()
+                   if r not in failing and not RUNTIME_LINE.search(row["text"])}
+        odd = _odd_last_line(events, silent, waiting)
+        if len(silent - talking) > max(1, world // 2) or odd is not None:
+            # Most ranks silent, or seen failing only: the logs are a fragment. A timeout still
+            # means some rank never reached the collective. One rank whose last line is unlike
+            # all the others' is the suspect; else rank 0: it exists in every job, and
+            # rank-0-only work is the usual reason one rank is elsewhere: when it is not among
+            # those that waited, it is the first suspect (named as such, at a low confidence).
             summary = (f"{rank_phrase(waiting).capitalize()} timed out waiting in "
                        f"{_collective(job, timeouts)}: some other rank never reached it")
-            odd = _odd_last_line(events, silent, waiting)
             if odd is not None:
                 rank, row = odd
                 summary += (f". Rank {rank}'s last line is unlike the other ranks' last lines "
@@ -172,7 +181,6 @@ class SilentRanks(Rule):
                 ranks=(0,) if suspect else (), confidence=0.3, ts=first_ts(timeouts),
                 details={"waiting_ranks": sorted(waiting), "suspect": 0 if suspect else None})
             return
-        last = _last_lines(events, silent)
         # Silent ranks whose last line shows them at work (a progress bar, rank-local work) beside
         # silent ranks the inputs hold no line of at all: the working ones are the story; the
         # others are only absent from the paste.
@@ -418,6 +426,13 @@ def collective_frames(job: Job) -> dict[int, dict[str, Any]]:
         if prev is None or (row["source"], row["line"]) >= (prev["source"], prev["line"]):
             out[row["rank"]] = row
     return out
+
+
+#: A line of the distributed runtime itself (ProcessGroupNCCL/Gloo, the store, NCCL), not of
+#: the program, or the opening of a traceback (cut there): it says nothing of what the
+#: program was doing.
+RUNTIME_LINE = re.compile(
+    r"ProcessGroup\w*\.[ch]pp|NCCL (?:INFO|WARN)|TCPStore|\[c10d\]|Traceback \(")
 
 
 def _last_lines(events: pl.DataFrame, ranks: set[int]) -> dict[int, dict[str, Any]]:
