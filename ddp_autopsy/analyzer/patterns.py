@@ -542,13 +542,16 @@ PATTERNS: tuple[Pattern, ...] = (
     ),
     # M5: the watchdog's abort, seen only as its C++ stack ("frame #1:
     # c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(...)", "Exception raised from
-    # ncclCommWatchdog at .../ProcessGroupNCCL.cpp:1521") when the message itself is cut off.
+    # ncclCommWatchdog at .../ProcessGroupNCCL.cpp:1521") when the message itself is cut off;
+    # since torch 2.7 the watchdog thread's frame is "c10d::ProcessGroupNCCL::Watchdog::run()"
+    # (ncclCommWatchdog's successor)
     _p(
         "watchdog_abort",
         ("WorkNCCL::checkTimeout", "Exception raised from ncclCommWatchdog",
-         "Exception raised from checkTimeout"),
+         "Exception raised from checkTimeout", "ProcessGroupNCCL::Watchdog::run()"),
         r"(?:ProcessGroupNCCL::WorkNCCL::checkTimeout\(|Exception raised from "
-        r"(?P<where>ncclCommWatchdog|checkTimeout) at)",
+        r"(?P<where>ncclCommWatchdog|checkTimeout) at"
+        r"|ProcessGroupNCCL::(?P<where2>Watchdog::run)\(\))",
     ),
     # M4: the watchdog took the process down after a failed or timed-out NCCL op (printed after
     # M1/M18, but sometimes the only line a fragment keeps).
@@ -838,6 +841,16 @@ PATTERNS: tuple[Pattern, ...] = (
         r"^!+ (?P<signame>Segfault) encountered !+$",
         alias={"signame": "signum"},
         signum=_signum_of_name,
+    ),
+    # CPython's faulthandler on a fatal signal (Modules/faulthandler.c, faulthandler_handlers:
+    # SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGSEGV): "Fatal Python error: Segmentation fault", then
+    # "Current thread 0x... (most recent call first):" and its Python frames
+    _p(
+        "native_signal",
+        "Fatal Python error: ",
+        r"Fatal Python error: (?P<signum>Segmentation fault|Bus error|Aborted|Illegal instruction"
+        r"|Floating point exception)\s*$",
+        signum=_shell_signum,
     ),
     # A shell's report of a child a signal ended (bash's strsignal words, jobs.c): a script's
     # "./run.sh: line 184: 2324239 Aborted (core dumped) python train.py", an interactive

@@ -592,8 +592,10 @@ class RankCrashed(Rule):
                    "received a fatal signal (its handler's report is cut before the signal's "
                    "name): a crash in native code (a CUDA or NCCL call, an extension), with no "
                    "Python traceback the inputs show" if d["exitcode"] is None else
-                   f"was killed by {sig} (exit code {d['exitcode']}): {NATIVE_SIGNALS[sig]}, "
-                   "with no Python traceback the inputs show" if sig else
+                   f"was killed by {sig} (exit code {d['exitcode']}): {NATIVE_SIGNALS[sig]}"
+                   + ("; the Python stack CPython's faulthandler printed below the line shows "
+                      "where" if "Fatal Python error" in exits[0]["text"] else
+                      ", with no Python traceback the inputs show") if sig else
                    f"exited first with code {d['exitcode']}, printing no Python traceback the "
                    "inputs show (an error before Python ran the script, or output sent "
                    "elsewhere)")

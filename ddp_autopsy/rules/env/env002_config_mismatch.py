@@ -200,7 +200,8 @@ class ConfigMismatch(Rule):
     def _init_waits_beyond(self, job: Job) -> Iterator[Finding]:
         """Ranks that waited in init_process_group for the address of a rank the job does not
         have (Gloo's store key ``.../N``, N above every rank seen) while other ranks got past
-        init into a collective: the waiting ranks were given a larger world size."""
+        init into a collective (or read every peer's address and failed to connect Gloo's full
+        mesh to the waiting ones): the waiting ranks were given a larger world size."""
         waits: dict[int, dict] = {}
         for r in job.rows("store_wait_timeout"):
             key = str(r["data"].get("keys") or "").rsplit("/", 1)
@@ -215,6 +216,12 @@ class ConfigMismatch(Rule):
                 past.add(r["rank"])
         past |= {r["rank"] for r in job.rows("gloo_timeout", "watchdog_timeout")
                  if r["rank"] is not None and r["rank"] not in waits}
+        # (or that had every peer's address: Gloo connects its full mesh after reading them
+        # all, so a rank whose mesh then failed to connect was not waiting for one)
+        meshed = {r["rank"] for r in job.rows("exception")
+                  if r["rank"] is not None and r["rank"] not in set(waits) | past
+                  and "connectFullMesh" in r["text"]}
+        past |= meshed
         seen = set(waits) | past
         awaited = {w["awaited"] for w in waits.values()}
         if not past:
@@ -226,7 +233,10 @@ class ConfigMismatch(Rule):
         yield self.finding(
             f"{who[0].upper()}{who[1:]} waited in init_process_group for rank "
             f"{'/'.join(map(str, sorted(awaited)))}, which this job does not have, while "
-            f"{rank_phrase(past)} got past init and ran collectives: {who} were started with a "
+            + (f"{rank_phrase(past)} got past init and ran collectives" if not meshed else
+               f"{rank_phrase(past)} had every peer's address (their Gloo mesh then failed to "
+               f"connect to {rank_phrase(waits)}, still waiting)")
+            + f": {who} {'was' if len(waits) == 1 else 'were'} started with a "
             "larger WORLD_SIZE than the others (a node launched with another --nnodes or "
             "--nproc-per-node, or WORLD_SIZE set by hand).",
             evidence=[evidence_of(w) for w in list(waits.values())[:2]], ranks=set(waits),
