@@ -737,6 +737,7 @@ PATTERNS: tuple[Pattern, ...] = (
             "Connection closed by peer",
             "Connection closed by remote peer",
             "Failed to recv, got 0 bytes",
+            "failed to recv, got 0 bytes",  # (torch 2.3's Utils.hpp, lower case)
             "Connection reset by peer",
             "remote process exited or there was a network error",
             "sendBytes failed on",
@@ -745,7 +746,7 @@ PATTERNS: tuple[Pattern, ...] = (
             ": eof (this error originated at",
         ),
         r"(?:Connection closed by (?:remote )?peer\s*\[?(?P<peer>[^\]\s]*)\]?(?::(?P<port>\d+))?"
-        r"|Failed to recv, got 0 bytes|Connection reset by peer"
+        r"|[Ff]ailed to recv, got 0 bytes|Connection reset by peer"
         r"|remote process exited or there was a network error"
         # The store's host (rank 0's agent or process) went away: writes fail, the dump check
         # fails ("maybe TCPStore server has shut down too early").
@@ -1732,6 +1733,8 @@ PATTERNS: tuple[Pattern, ...] = (
         # NCCL's ibverbs wrapper (misc/ibvwrap.cc): "Call to ibv_reg_mr_iova2 failed with error
         # Invalid argument", "Call to ibv_modify_qp failed with 110 Connection timed out"
         r"|Call to (?P<verb>ibv_\w+) failed(?: with(?: error)? (?P<err3>.+))?"
+        # (the same cut after the verb's name by a paste: NCCL prints it only when it failed)
+        r"|NCCL WARN Call to (?P<verb2>ibv_\w+)\s*$"
         # rdma-core's mlx5 provider before its CQE dump: "mlx5: host1: got completion with error:"
         # (a file of such lines reads "mlx5: host1: " as host prefixes)
         r"|(?:mlx5: (?P<ibhost>[^:\s]+): )?got completion with error:?$"

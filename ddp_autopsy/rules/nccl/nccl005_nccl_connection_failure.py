@@ -203,8 +203,9 @@ SETUP_CALLS = frozenset({"_verify_param_shape_across_processes", "_verify_params
 def at_setup(job: Job) -> bool:
     """Whether the failure came while NCCL set its communicators up: its return chain runs
     through bootstrap or init, a traceback through the first collectives DDP makes, a peer
-    refused the connection (nothing listened there yet), or an IB queue pair could not be
-    brought up."""
+    refused the connection (nothing listened there yet), an IB queue pair could not be
+    brought up, or the process that failed was connecting its channels and never completed its
+    communicator's init."""
     if any(str(r["data"].get("file", "")).endswith(SETUP_FILES)
            for r in job.rows("nccl_error_trace")):
         return True
@@ -214,8 +215,17 @@ def at_setup(job: Job) -> bool:
     # (an InfiniBand queue pair is created and moved INIT -> RTR -> RTS only while a
     # connection is being made: ibvwrap's "Call to ibv_modify_qp failed ..., curr state INIT,
     # next state RTR")
-    return any("Connection refused" in str(r["data"].get("err", ""))
-               or r["data"].get("verb") in QP_SETUP_VERBS for r in job.rows("network_error"))
+    if any("Connection refused" in str(r["data"].get("err", ""))
+           or r["data"].get("verb") in QP_SETUP_VERBS for r in job.rows("network_error")):
+        return True
+    # (a process that was setting up its channels, "Channel 00 : 1[8a000] -> 0[89000] [receive]
+    # via NET/IB/0", and never said its communicator's "Init COMPLETE")
+    done = {(r["host"], r["pid"]) for r in job.rows("nccl_comm_init")
+            if r["data"].get("phase") == "COMPLETE"}
+    connecting = {(r["host"], r["pid"]) for r in job.rows("nccl_channel", "nccl_net_channel")
+                  if r["pid"] is not None} - done
+    return any(r["pid"] is not None and (r["host"], r["pid"]) in connecting
+               for r in job.rows("network_error"))
 
 
 #: ibverbs calls NCCL's IB transport makes only while connecting two ranks.
