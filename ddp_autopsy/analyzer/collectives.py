@@ -732,10 +732,11 @@ def _group_for_unprefixed(row: dict[str, Any],
 
 def _completed(d: dict[str, Any]) -> int:
     """A watchdog report's last completed work, -1 when none: a number past the last enqueued
-    one is the counter before any work completed (torch 2.3 printed it uninitialized: "last
-    enqueued NCCL work: 1, last completed NCCL work: 76280750235782912")."""
+    one and beyond any real count is the counter before any work completed (torch 2.3 printed
+    it uninitialized: "last enqueued NCCL work: 1, last completed NCCL work: 76280750235782912";
+    since 2.5 a group mixing point-to-point ops and collectives may count past it for real)."""
     done = d.get("completed", -1)
-    return -1 if d.get("enqueued") is not None and done > d["enqueued"] else done
+    return -1 if d.get("enqueued") is not None and done > max(d["enqueued"], 2**32) else done
 
 
 def _apply_log_row(g: GroupTimeline, row: dict[str, Any]) -> None:

@@ -341,11 +341,15 @@ class Job:
             sizes += [int(x) for x in self.processes["world_size"].drop_nulls().to_list()]
         for row in self.of_kind("store_clients_timeout", history=True).iter_rows(named=True):
             sizes.append(json.loads(row["data"])["world"])
-        # (at least the size of its largest NCCL communicator: "comm 0x.. rank 1 nranks 4")
+        # (at least the size of its NCCL communicator, "comm 0x.. rank 1 nranks 4", when the
+        # inputs show one size only: several are sub-groups' or an elastic restart's, which may
+        # have shrunk the job)
         inits = self.of_kind("nccl_comm_init", history=True)
-        if inits.height and (largest := inits.select(pl.col("data").str.json_path_match(
-                "$.nranks").cast(pl.Int64, strict=False).max()).item()) is not None:
-            sizes.append(largest)
+        if inits.height:
+            nranks = inits.select(pl.col("data").str.json_path_match("$.nranks")
+                                  .cast(pl.Int64, strict=False).drop_nulls().unique())
+            if nranks.height == 1:
+                sizes.append(nranks.item())
         # (at least the size of a group whose all-gather or reduce-scatter sizes show it)
         if gathered := attribution.gathered_group_size(self.events):
             sizes.append(gathered)

@@ -543,15 +543,16 @@ PATTERNS: tuple[Pattern, ...] = (
     # M5: the watchdog's abort, seen only as its C++ stack ("frame #1:
     # c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(...)", "Exception raised from
     # ncclCommWatchdog at .../ProcessGroupNCCL.cpp:1521") when the message itself is cut off;
-    # since torch 2.7 the watchdog thread's frame is "c10d::ProcessGroupNCCL::Watchdog::run()"
-    # (ncclCommWatchdog's successor)
+    # since torch 2.7 the watchdog thread is ProcessGroupNCCL::Watchdog, whose run() rethrows:
+    # "Exception raised from run at .../ProcessGroupNCCL.cpp:2061" (its frames alone, as in any
+    # stack dump of a healthy process, are no abort)
     _p(
         "watchdog_abort",
         ("WorkNCCL::checkTimeout", "Exception raised from ncclCommWatchdog",
-         "Exception raised from checkTimeout", "ProcessGroupNCCL::Watchdog::run()"),
+         "Exception raised from checkTimeout", "Exception raised from run at"),
         r"(?:ProcessGroupNCCL::WorkNCCL::checkTimeout\(|Exception raised from "
         r"(?P<where>ncclCommWatchdog|checkTimeout) at"
-        r"|ProcessGroupNCCL::(?P<where2>Watchdog::run)\(\))",
+        r"|Exception raised from (?P<where2>run) at \S*ProcessGroupNCCL\.cpp)",
     ),
     # M4: the watchdog took the process down after a failed or timed-out NCCL op (printed after
     # M1/M18, but sometimes the only line a fragment keeps).
@@ -1630,11 +1631,15 @@ PATTERNS: tuple[Pattern, ...] = (
     # How many nodes the launch asked for, from a pasted command line or torchelastic's launch
     # configuration: "--nnodes=2", "--nnodes 1:4", "--nnode=2" (argparse takes the prefix),
     # "--node_rank=1", and the agent's "min_nodes : 2".
+    # The agent's rendezvous result (agent/server/api.py): "  group_rank=1", "  group_world_size=2"
+    # on lines of their own under "Rendezvous complete for workers. Result:".
     _p(
         "launch_nodes",
-        ("--nnode", "--node_rank", "--node-rank", "min_nodes"),
+        ("--nnode", "--node_rank", "--node-rank", "min_nodes", "group_rank=",
+         "group_world_size="),
         r"--nnodes?[= ](?P<n>\d+)(?::(?P<max>\d+))?|--node[_-]rank[= ](?P<node_rank>\d+)"
-        r"|\bmin_nodes\s*:\s*(?P<n2>\d+)",
+        r"|\bmin_nodes\s*:\s*(?P<n2>\d+)"
+        r"|^\s*group_rank=(?P<node_rank2>\d+)\s*$|^\s*group_world_size=(?P<n3>\d+)\s*$",
         n=int,
         max=int,
         node_rank=int,

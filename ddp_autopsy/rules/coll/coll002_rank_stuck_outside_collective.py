@@ -55,6 +55,7 @@ Thread 4244 (idle): "MainThread"
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import polars as pl
@@ -63,6 +64,10 @@ from ddp_autopsy.analyzer import snapshots, stacktree
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.stackview import wait_label
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
+
+#: A frame's name that says it blocks on something other than a peer: a lock (filelock's
+#: acquire, fcntl.flock), a sleep-poll, a download.
+BLOCKED_FUNC = re.compile(r"(?i)acquire|lock|sleep|download|urlopen|poll")
 
 
 class RankStuckOutsideCollective(Rule):
@@ -87,10 +92,14 @@ class RankStuckOutsideCollective(Rule):
             return  # their collective completed between stack snapshots: the job moves on
         procs = [p for c in outside for p in tree.members(c.members)]
         # (more ranks outside than in it: the few may only be early, and the others computing
-        # on; unless those outside are blocked too, idle where py-spy saw them (a lock, a
-        # sleep, a read) and every rank stood still over the snapshots)
-        if n_out > n_wait and not (all(c.idle == c.size for c in outside) and snapshots.all_still(
-                job.snapshot_moves, [*waiters, *procs])):
+        # on, or waiting in an asynchronous collective's work.wait(), which py-spy shows as the
+        # caller's own frame; unless those outside are blocked in a lock, a sleep or a download
+        # by their frame's name, idle where py-spy saw them, and every rank stood still over
+        # the snapshots)
+        if n_out > n_wait and not (
+                all(c.idle == c.size and c.user_frame is not None
+                    and BLOCKED_FUNC.search(c.user_frame.func) for c in outside)
+                and snapshots.all_still(job.snapshot_moves, [*waiters, *procs])):
             return
         top = max(waiting, key=lambda c: c.size)
         op = wait_label(top.collective)

@@ -151,7 +151,10 @@ class SilentRanks(Rule):
             "rank"].drop_nulls().to_list())
         talking = {r for r, row in last.items()
                    if r not in failing and not RUNTIME_LINE.search(row["text"])}
-        odd = _odd_last_line(events, silent, waiting)
+        # (most ranks silent with lines of their own: the one whose last line is unlike the
+        # others' goes first)
+        many = len(silent) > max(1, world // 2)
+        odd = _odd_last_line(events, silent, waiting) if many else None
         if len(silent - talking) > max(1, world // 2) or odd is not None:
             # Most ranks silent, or seen failing only: the logs are a fragment. A timeout still
             # means some rank never reached the collective. One rank whose last line is unlike
@@ -380,7 +383,8 @@ def _odd_last_line(events: pl.DataFrame, silent: set[int],
              for r, row in last.items()}
     counts = Counter(shape.values())
     odd = [r for r, sh in shape.items() if counts[sh] == 1]
-    if len(odd) != 1 or odd[0] not in silent or len(counts) != 2:
+    if len(odd) != 1 or odd[0] not in silent or len(counts) != 2 \
+            or RUNTIME_LINE.search(last[odd[0]]["text"]):
         return None
     return odd[0], last[odd[0]]
 

@@ -570,7 +570,13 @@ class RankCrashed(Rule):
             return  # its NCCL error, printed unranked just above: no crash of its own code
         if exits:
             d, rank = exits[0]["data"], exits[0]["rank"]
+            raw = d.get("exitcode")
             d = {**d, "exitcode": _exit_code(d)}
+            # how the inputs said it: a launcher's code (negative: the signal), a shell's 128 + N,
+            # or a handler's line naming the signal (no exit code printed)
+            said = (f"exit code {raw}, 128 + {raw - 128}" if isinstance(raw, int) and raw > 128
+                    else None if "signum" in exits[0]["data"] and raw is None
+                    else f"exit code {d['exitcode']}")
             lagged = ""
             if rank is None and exits[0]["kind"] == "native_signal" \
                     and (laggard := laggard_native_crash(job)) is not None:
@@ -592,7 +598,7 @@ class RankCrashed(Rule):
                    "received a fatal signal (its handler's report is cut before the signal's "
                    "name): a crash in native code (a CUDA or NCCL call, an extension), with no "
                    "Python traceback the inputs show" if d["exitcode"] is None else
-                   f"was killed by {sig} (exit code {d['exitcode']}): {NATIVE_SIGNALS[sig]}"
+                   f"was killed by {sig}{f' ({said})' if said else ''}: {NATIVE_SIGNALS[sig]}"
                    + ("; the Python stack CPython's faulthandler printed below the line shows "
                       "where" if "Fatal Python error" in exits[0]["text"] else
                       ", with no Python traceback the inputs show") if sig else

@@ -227,8 +227,8 @@ class ConfigMismatch(Rule):
         if not past:
             yield from self._init_waits_alone(job, waits, awaited)
             return
-        if min(awaited) <= max(seen):
-            return
+        if min(awaited) <= max(seen) or (job.world_size or 0) > min(awaited):
+            return  # (a rank the job does have: late, or its log not in the inputs)
         who = rank_phrase(waits)
         yield self.finding(
             f"{who[0].upper()}{who[1:]} waited in init_process_group for rank "
@@ -238,9 +238,12 @@ class ConfigMismatch(Rule):
                f"connect to {rank_phrase(waits)}, still waiting)")
             + f": {who} {'was' if len(waits) == 1 else 'were'} started with a "
             "larger WORLD_SIZE than the others (a node launched with another --nnodes or "
-            "--nproc-per-node, or WORLD_SIZE set by hand).",
+            "--nproc-per-node, or WORLD_SIZE set by hand)"
+            + (f"; unless rank {min(awaited)} exists and started too late, its log not in the "
+               "inputs" if meshed else "") + ".",
             evidence=[evidence_of(w) for w in list(waits.values())[:2]], ranks=set(waits),
-            confidence=0.7, details={"awaited_rank": sorted(awaited), "got_past": sorted(past)})
+            confidence=0.55 if meshed else 0.7,
+            details={"awaited_rank": sorted(awaited), "got_past": sorted(past)})
 
     def _init_waits_alone(self, job: Job, waits: dict[int, dict],
                           awaited: set[int]) -> Iterator[Finding]:

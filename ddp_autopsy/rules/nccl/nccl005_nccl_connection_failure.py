@@ -40,6 +40,7 @@ gpu7:1234:1290 [3] misc/socket.cc:483 NCCL WARN socketStartConnect: exceeded ret
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.attribution import declared_nodes
@@ -218,14 +219,25 @@ def at_setup(job: Job) -> bool:
     if any("Connection refused" in str(r["data"].get("err", ""))
            or r["data"].get("verb") in QP_SETUP_VERBS for r in job.rows("network_error")):
         return True
-    # (a process that was setting up its channels, "Channel 00 : 1[8a000] -> 0[89000] [receive]
-    # via NET/IB/0", and never said its communicator's "Init COMPLETE")
+    # (the thread that was setting up a process's channels, "host:pid:tid [0] NCCL INFO Channel
+    # 00 : 1[8a000] -> 0[89000] [receive] via NET/IB/0", failed, and the process never said its
+    # communicator's "Init COMPLETE": a running job's network errors come from its proxy thread)
     done = {(r["host"], r["pid"]) for r in job.rows("nccl_comm_init")
             if r["data"].get("phase") == "COMPLETE"}
-    connecting = {(r["host"], r["pid"]) for r in job.rows("nccl_channel", "nccl_net_channel")
-                  if r["pid"] is not None} - done
-    return any(r["pid"] is not None and (r["host"], r["pid"]) in connecting
+    connecting = {(r["host"], r["pid"], _tid(r["text"]))
+                  for r in job.rows("nccl_channel", "nccl_net_channel")
+                  if r["pid"] is not None and (r["host"], r["pid"]) not in done}
+    return any(r["pid"] is not None and (r["host"], r["pid"], _tid(r["text"])) in connecting
                for r in job.rows("network_error"))
+
+
+#: NCCL's line head "host:pid:tid [dev]": the thread that printed it.
+_NCCL_TID = re.compile(r":\d+:(\d+) \[\d+\]")
+
+
+def _tid(text: str) -> int | None:
+    m = _NCCL_TID.search(text)
+    return int(m.group(1)) if m else None
 
 
 #: ibverbs calls NCCL's IB transport makes only while connecting two ranks.

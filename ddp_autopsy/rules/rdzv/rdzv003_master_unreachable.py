@@ -29,9 +29,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
-
-import polars as pl
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, ending, evidence_of, first_ts
@@ -49,10 +46,13 @@ class MasterUnreachable(Rule):
         # "has failed to send a keep-alive heartbeat to the rendezvous") is the store lost
         # mid-run: its host stopped, crashed or dropped off the network.
         # (or its shutdown of the rendezvous at the end: "has failed to shutdown the rendezvous")
-        # (so is the agent's RendezvousConnectionError once its workers had run: the store
-        # lost while the agent watched them, "num_nodes_waiting()" in its traceback)
+        # (so is the agent's RendezvousConnectionError raised while it watched its workers:
+        # "_invoke_run" / "num_nodes_waiting" in its traceback)
+        watching = {(r["source"], r["line"]) for r in job.rows("exception")
+                    if MONITORING & set(r["data"].get("callers") or ())}
         alive = [r for r in rows if any(w in r["text"] for w in AFTER_RENDEZVOUS)
-                 or (r["kind"] == "rdzv_connection_error" and workers_ran_before(job, r))]
+                 or (r["kind"] == "rdzv_connection_error"
+                     and (r["source"], r["line"]) in watching)]
         rows = [r for r in rows if r not in alive]
         if not rows:
             if not alive:
@@ -63,12 +63,15 @@ class MasterUnreachable(Rule):
                 # the others' shutdown or last keep-alive then fails, harmlessly)
                 return
             node = KEEPALIVE_NODE.search(alive[0]["text"])
-            what = "shut down" if "shutdown" in alive[0]["text"] else \
-                "send its keep-alive heartbeat to"
+            who = f"node {node.group(1)!r}" if node else "a node"
+            text = alive[0]["text"]
+            what = (f"{who} failed to shut down the rendezvous after it had completed"
+                    if "shutdown" in text else
+                    f"{who} failed to send its keep-alive heartbeat to the rendezvous after it "
+                    "had completed" if "keep-alive" in text else
+                    "a node's agent lost the rendezvous store while it watched its workers")
             yield self.finding(
-                f"The rendezvous store became unreachable mid-run: "
-                f"{'node ' + repr(node.group(1)) if node else 'a node'} failed to {what}"
-                " the rendezvous after it had completed "
+                f"The rendezvous store became unreachable mid-run: {what} "
                 "(RendezvousConnectionError). The host of the rendezvous endpoint (the agent "
                 "that serves the c10d store) stopped, crashed or lost its network: its own log "
                 "says which.", evidence=[evidence_of(r) for r in alive[:2]],
@@ -123,12 +126,8 @@ class MasterUnreachable(Rule):
             details={"endpoints": endpoints})
 
 
-def workers_ran_before(job: Job, row: dict[str, Any]) -> bool:
-    """Whether workers of the launcher that wrote ``row`` had written lines before it (their
-    rank prefixes): its rendezvous had completed."""
-    return job.active_events.filter(
-        (pl.col("source") == row["source"]) & (pl.col("line") < row["line"])
-        & pl.col("rank").is_not_null()).height > 0
+#: torchelastic's agent frames while it watches its workers (its rendezvous complete).
+MONITORING = frozenset({"_invoke_run", "num_nodes_waiting", "_monitor_workers"})
 
 
 #: The member named in dynamic_rendezvous's keep-alive warning ("The node 'host_3427_0' ...").
