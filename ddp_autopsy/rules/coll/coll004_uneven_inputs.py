@@ -84,7 +84,7 @@ from ddp_autopsy.rules.base import (
     rank_phrase,
 )
 from ddp_autopsy.rules.coll.coll001_collective_mismatch import finished_and_waiting, timeouts_by_seq
-from ddp_autopsy.rules.coll.coll012_silent_ranks import barrier_named
+from ddp_autopsy.rules.coll.coll012_silent_ranks import backward_split, barrier_named
 from ddp_autopsy.rules.coll.coll015_horovod_stalled_tensors import horovod_missing, most_missing
 
 
@@ -105,6 +105,8 @@ class UnevenInputs(Rule):
         yield from self._out_of_sync(job)
         if job.stacks.height:
             yield from self._in_backward(job)
+        else:
+            yield from self._backward_tracebacks(job)
 
     def _finished_first(self, job: Job) -> Iterator[Finding]:
         """The fewer ranks said they finished ("training done after 10 batches") while the
@@ -252,6 +254,25 @@ class UnevenInputs(Rule):
             rows, f"{who} ran out of inputs before the others ({said}): the ranks have different "
             "numbers of batches (uneven inputs).", shown=2,
             ranks=out, confidence=0.9, details={"exhausted": out})
+
+    def _backward_tracebacks(self, job: Job) -> Iterator[Finding]:
+        """Logs only, the same as :meth:`_in_backward` by the ranks' last tracebacks: most
+        timed out (or lost a peer) in ``loss.backward()``, DDP's gradient all-reduce, the
+        others in a collective call after the loop (a final barrier, an evaluation
+        all_reduce)."""
+        back, other = backward_split(job)
+        if not back or not other or len(other) > len(back):
+            return
+        calls = sorted({r["data"]["frame"]["func"] for r in other.values()})
+        rows = [*other.values(), *back.values()]
+        yield self.finding(
+            f"{rank_phrase(other).capitalize()} left the training loop early: "
+            f"{rank_phrase(back)} timed out in DDP's gradient all-reduce (in backward) while "
+            f"{rank_phrase(other)} timed out in {', '.join(calls)}, as their last tracebacks "
+            "show. The ranks ran different numbers of synchronizing steps: uneven inputs, or a "
+            "per-rank setting that changes the step count (gradient accumulation, max steps).",
+            evidence=[evidence_of(r) for r in rows[:3]], ranks=sorted(other), confidence=0.65,
+            ts=first_ts(rows), details={"in_backward": sorted(back), "left_loop": sorted(other)})
 
     def _in_backward(self, job: Job) -> Iterator[Finding]:
         tree = job.stack_tree

@@ -63,6 +63,7 @@ import polars as pl
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.lines import parse_line
 from ddp_autopsy.analyzer.patterns import kinds_tagged
+from ddp_autopsy.analyzer.stackview import BACKWARD_WAITS, COLLECTIVES
 from ddp_autopsy.rules.base import (
     Evidence,
     Finding,
@@ -500,3 +501,27 @@ def _unranked_crash(job: Job) -> bool:
     """Whether a process of the job crashed whose rank the inputs do not say."""
     crashes = job.crashes.events
     return bool(crashes.height) and crashes.filter(pl.col("rank").is_null()).height > 0
+
+
+#: Collective calls of a job's set-up, not after a training loop.
+SETUP = frozenset({"init_process_group", "new_group", "_store_based_barrier"})
+
+
+def backward_split(job: Job) -> tuple[dict[int, dict], dict[int, dict]]:
+    """(ranks whose last traceback, a timeout or a lost peer, ends in autograd's backward,
+    DDP's gradient all-reduce; ranks whose last such traceback ends in a collective call)."""
+    last: dict[int, dict] = {}
+    for row in job.rows("exception"):
+        if row["rank"] is not None and CONSEQUENCE.search(row["text"]):
+            prev = last.get(row["rank"])
+            if prev is None or (row["source"], row["line"]) >= (prev["source"], prev["line"]):
+                last[row["rank"]] = row
+    back, other = {}, {}
+    for rank, row in last.items():
+        frame = row["data"].get("frame") or {}
+        if frame.get("func") in BACKWARD_WAITS and "torch/autograd" in str(frame.get("file")):
+            back[rank] = row
+        elif frame.get("func") in COLLECTIVES - SETUP and str(frame.get("file", "")).endswith(
+                "distributed_c10d.py"):
+            other[rank] = row
+    return back, other

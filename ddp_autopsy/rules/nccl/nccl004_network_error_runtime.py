@@ -69,7 +69,7 @@ from ddp_autopsy.analyzer.patterns import kinds_tagged
 from ddp_autopsy.analyzer.ranksets import parse_ranks
 from ddp_autopsy.bundle_layout import FIREWALL, NETWORK_PROBES
 from ddp_autopsy.rules.base import Evidence, Finding, Rule, rank_phrase
-from ddp_autopsy.rules.coll.coll012_silent_ranks import collective_frames
+from ddp_autopsy.rules.coll.coll012_silent_ranks import backward_split, collective_frames
 from ddp_autopsy.rules.crash.crash001_rank_crashed import CONSEQUENCE
 from ddp_autopsy.rules.nccl.nccl005_nccl_connection_failure import at_setup
 
@@ -310,6 +310,8 @@ def same_call_stall(job: Job) -> tuple[list[dict[str, Any]], set[int], str] | No
         return None
     if any(not CONSEQUENCE.search(r["text"]) for r in job.rows("exception")):
         return None  # a rank's own error is the story
+    if backward_split(job)[0]:
+        return None  # ranks in DDP's gradient all-reduce, in backward: COLL004's to compare
     where = {(r["data"].get("op"), r["data"].get("seq"), r["data"].get("nin")) for r in hang
              if r["kind"] == "watchdog_timeout"}
     funcs = {r["data"]["frame"]["func"] for r in frames.values()}
