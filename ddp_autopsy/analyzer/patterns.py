@@ -731,6 +731,19 @@ PATTERNS: tuple[Pattern, ...] = (
         rank=int,
         rank2=int,
     ),
+    # A rank's own count of its data, as training loops print it to debug a hang: "Rank = 2,
+    # Number of batches 8", "rank0  data.py:462  ... num_local_samples=2", "[rank 1] len(loader)
+    # = 125" (a count of batches, steps, iterations or samples, not a step counter: "number
+    # of", "num_", "len(" before it). COLL004 compares them across ranks.
+    _p(
+        "rank_data_count",
+        ("umber of", "num_", "Num_", "len(", "NUM_"),
+        r"(?i)\brank\s*[=:]?\s*(?P<rank>\d+)\b.{0,80}?\b(?P<what>(?:number of |num_|len\()"
+        r"(?:\w*_)?(?:batch(?:es)?|steps?|iter(?:ation)?s?|samples?)\w*\)?)\s*[=:]?\s*"
+        r"(?P<n>\d+)\b",
+        rank=int,
+        n=int,
+    ),
     # A peer went away: a consequence, reported as a symptom.
     _p(
         "peer_closed",
@@ -1941,7 +1954,8 @@ PATTERNS: tuple[Pattern, ...] = (
 )
 
 #: Kinds that only add context: a line they match is still an unread NCCL WARN.
-_CONTEXT_KINDS = frozenset({"rank_local_work", "init_file_url", "run_start"})
+_CONTEXT_KINDS = frozenset({"rank_local_work", "init_file_url", "run_start",
+                            "rank_data_count"})
 
 
 @dataclass(frozen=True)
@@ -2065,6 +2079,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "external_signal": {"failure", "terminated"},
     "closing_signal": {"info"},
     "rank_local_work": {"info"},
+    "rank_data_count": {"info"},
     "unused_parameters": {"failure"},
     "inputs_exhausted": {"failure"},
     "backend_device_mismatch": {"failure"},

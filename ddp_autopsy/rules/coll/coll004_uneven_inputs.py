@@ -21,7 +21,10 @@ their own (CosyVoice's: "Detected uneven workload distribution: ...", after a mo
 that names the rank that did not come back), and trainers that announce the worker whose epoch
 ended first (AllenNLP: "Worker 0 completed its entire epoch (training)."). Without any of them, a
 few ranks whose last line says they finished ("training done after 10 batches") while the more
-others then timed out or lost them in their next collective.
+others then timed out or lost them in their next collective. From tracebacks: most ranks timed
+out in `loss.backward()` while the others timed out in a collective after the loop. From the
+ranks' own prints of their data ("Rank = 2, Number of batches 8" against 4 on the others): counts
+that differ between ranks.
 
 ## Evidence
 py-spy dumps: the ranks in backward, and where the odd ranks are instead (or that they exited);
@@ -65,6 +68,7 @@ Thread 702 (idle): "MainThread"
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator
 
 import polars as pl
@@ -107,6 +111,7 @@ class UnevenInputs(Rule):
             yield from self._in_backward(job)
         else:
             yield from self._backward_tracebacks(job)
+        yield from self._counts_differ(job)
 
     def _finished_first(self, job: Job) -> Iterator[Finding]:
         """The fewer ranks said they finished ("training done after 10 batches") while the
@@ -254,6 +259,45 @@ class UnevenInputs(Rule):
             rows, f"{who} ran out of inputs before the others ({said}): the ranks have different "
             "numbers of batches (uneven inputs).", shown=2,
             ranks=out, confidence=0.9, details={"exhausted": out})
+
+    def _counts_differ(self, job: Job) -> Iterator[Finding]:
+        """The ranks printed their own counts of batches, steps or samples ("Rank = 2, Number
+        of batches 8" against 4 on the others), and the counts differ: every DDP rank must run
+        the same number of steps. A count a rank printed with several values is a counter, not
+        its data's size, and is left out. Named: the ranks off the majority's count, or, with
+        no majority, those with the fewest (they leave the loop first)."""
+        by_label: dict[str, dict[int, set[int]]] = {}
+        rows_of: dict[str, list] = {}
+        for r in job.rows("rank_data_count"):
+            rank = r["data"].get("rank", r["rank"])
+            label = str(r["data"].get("what", "")).lower()
+            if rank is None or not label:
+                continue
+            by_label.setdefault(label, {}).setdefault(rank, set()).add(r["data"]["n"])
+            rows_of.setdefault(label, []).append(r)
+        for label, counts in sorted(by_label.items()):
+            fixed = {rank: next(iter(ns)) for rank, ns in counts.items() if len(ns) == 1}
+            if len(fixed) < 2 or len(fixed) < len(counts) or len(set(fixed.values())) < 2:
+                continue
+            tally = Counter(fixed.values())
+            top, n_top = tally.most_common(1)[0]
+            if n_top > len(fixed) / 2:
+                odd = sorted(r for r, n in fixed.items() if n != top)
+            else:
+                odd = sorted(r for r, n in fixed.items() if n == min(fixed.values()))
+            said = "; ".join(f"{rank_phrase(sorted(r for r, m in fixed.items() if m == n))}: "
+                             f"{n}" for n in sorted(tally))
+            rows = rows_of[label]
+            yield self.finding(
+                f"The ranks report different {label!r} ({said}): every rank of a DDP job must "
+                "run the same number of steps, so the ranks with fewer leave the loop while "
+                f"the others wait for them in a collective (uneven inputs); "
+                f"{rank_phrase(odd)} {'is' if len(odd) == 1 else 'are'} the odd one"
+                f"{'' if len(odd) == 1 else 's'}.",
+                evidence=[evidence_of(r) for r in rows[:3]], ranks=odd, confidence=0.6,
+                ts=first_ts(rows), details={"label": label, "counts": {
+                    str(r): n for r, n in sorted(fixed.items())}})
+            return
 
     def _backward_tracebacks(self, job: Job) -> Iterator[Finding]:
         """Logs only, the same as :meth:`_in_backward` by the ranks' last tracebacks: most
