@@ -43,6 +43,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+import polars as pl
+
 from ddp_autopsy.analyzer.attribution import declared_nodes
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.analyzer.ranksets import subject
@@ -222,13 +224,20 @@ def at_setup(job: Job) -> bool:
     # (the thread that was setting up a process's channels, "host:pid:tid [0] NCCL INFO Channel
     # 00 : 1[8a000] -> 0[89000] [receive] via NET/IB/0", failed, and the process never said its
     # communicator's "Init COMPLETE": a running job's network errors come from its proxy thread)
-    done = {(r["host"], r["pid"]) for r in job.rows("nccl_comm_init")
-            if r["data"].get("phase") == "COMPLETE"}
-    connecting = {(r["host"], r["pid"], _tid(r["text"]))
-                  for r in job.rows("nccl_channel", "nccl_net_channel")
-                  if r["pid"] is not None and (r["host"], r["pid"]) not in done}
-    return any(r["pid"] is not None and (r["host"], r["pid"], _tid(r["text"])) in connecting
-               for r in job.rows("network_error"))
+    # (only the failing processes' lines are looked at: a large job has 100,000s of channel
+    # lines)
+    failed = {(r["host"], r["pid"], _tid(r["text"])) for r in job.rows("network_error")
+              if r["pid"] is not None}
+    if not failed:
+        return False
+    mine = job.active_events.filter(pl.col("pid").is_in(list({k[1] for k in failed})))
+    done = {(h, p) for h, p in mine.filter(
+        (pl.col("kind") == "nccl_comm_init")
+        & (pl.col("data").str.json_path_match("$.phase") == "COMPLETE"))
+        .select("host", "pid").iter_rows()}
+    channels = mine.filter(pl.col("kind").is_in(["nccl_channel", "nccl_net_channel"]))
+    return any((h, p) not in done and (h, p, _tid(text)) in failed
+               for h, p, text in channels.select("host", "pid", "text").iter_rows())
 
 
 #: NCCL's line head "host:pid:tid [dev]": the thread that printed it.
