@@ -1683,6 +1683,16 @@ PATTERNS: tuple[Pattern, ...] = (
         r"TP rank (?P<tp_rank>\d+) could finish the model loading, but there are other ranks",
         tp_rank=int,
     ),
+    # SGLang's scheduler watchdog (managers/scheduler.py watchdog_thread; since 2025 its
+    # Watchdog class, utils/watchdog.py): no forward batch completed for watchdog_timeout
+    # seconds. "Watchdog timeout (self.watchdog_timeout=300)", "Scheduler watchdog timeout
+    # (self.watchdog_timeout=300.0, self.soft=False)"; soft=True only warns, the process goes on.
+    _p(
+        "serving_watchdog",
+        ("atchdog timeout (self.watchdog_timeout=",),
+        r"(?:(?P<who>\w+) )?[Ww]atchdog timeout \(self\.watchdog_timeout=(?P<secs>[\d.]+)"
+        r"(?:, self\.soft=(?P<soft>True|False))?",
+    ),
     # torchelastic's launch_agent (launcher/api.py) when the launch gave an empty rendezvous id
     # ("--rdzv_id=$SLURM_JOB_ID" with the variable unset): "config has no run_id, generated a
     # random run_id: 174580650467654300307713793029077439978", each node its own
@@ -2097,6 +2107,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "worker_group_succeeded": {"info"},
     "usage_error": {"failure", "crash"},
     "load_barrier_unfinished": {"failure"},
+    "serving_watchdog": {"failure"},
     "visible_devices": {"info"},
     "nccl_interface": {"info"},
     "nccl_version": {"info"},

@@ -141,6 +141,26 @@ class CollectiveMismatch(Rule):
         yield from differ or self._one_host_stall(job)
         yield from self._others_finished(job)
         yield from self._after_training_end(job)
+        yield from self._serving_watchdog(job)
+
+    def _serving_watchdog(self, job: Job) -> Iterator[Finding]:
+        """SGLang's scheduler watchdog fired: no forward batch completed for its timeout, and
+        it takes the server down. SGLang prints each rank's batch and memory-pool sizes before
+        the line "to check whether there are de-sync issues": the ranks of a tensor- or
+        data-parallel group stuck in a collective they do not agree on (another batch, another
+        branch). A suspicion, at a low confidence; its soft mode only warns."""
+        rows = [r for r in job.rows("serving_watchdog") if r["data"].get("soft") != "True"]
+        if not rows:
+            return
+        secs = rows[0]["data"].get("secs")
+        yield self.from_rows(
+            rows, f"SGLang's scheduler watchdog fired: no forward batch completed for {secs} "
+            "seconds, and it took the server down. Its processes were hung, most often in a "
+            "collective the tensor- or data-parallel ranks do not agree on (a different batch or "
+            "branch on one rank); SGLang prints each rank's batch and memory-pool sizes before "
+            "this line to compare (the rank whose numbers differ is the odd one), and py-spy "
+            "stacks of the schedulers when it can.", shown=2, ranks=(), confidence=0.35,
+            details={"seconds": secs})
 
     def _after_training_end(self, job: Job) -> Iterator[Finding]:
         """A rank timed out in a collective after its framework said training had ended
