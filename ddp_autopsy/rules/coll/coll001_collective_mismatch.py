@@ -28,7 +28,9 @@ none moved): with no network between them, arguments that differ (root/src, size
 are the likeliest reason. And ranks that timed out in a collective while every other rank's
 last line says it finished ("Rank 4 completed", "training done"): the waiting ranks called a
 collective the others never did; likewise a rank 0 that timed out in a collective after its
-framework said training had ended ("`Trainer.fit` stopped: ...").
+framework said training had ended ("`Trainer.fit` stopped: ..."). A suspicion only, naming no
+rank: SGLang's scheduler watchdog, which takes the server down after no forward batch for its
+timeout and prints the ranks' batch sizes beside it to find the de-synced one.
 
 ## Why it hangs or kills the job
 Collectives are matched by order: when one rank calls broadcast where the others call
