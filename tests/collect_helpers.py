@@ -85,12 +85,22 @@ class Job:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"job exited early ({self.proc.returncode}):\n"
                                    + self.log.read_text(errors="replace")[-4000:])
-            return len(list(self.ready_dir.iterdir())) >= n
+            # (a marker counts once its pid is in it: a rank may have created the file and not
+            # yet written it)
+            return len(self._markers()) >= n
         if not wait_for(ready, timeout):
             raise RuntimeError(f"job not ready after {timeout}s:\n"
                                + self.log.read_text(errors="replace")[-4000:])
+        self.ranks.update(self._markers())
+
+    def _markers(self) -> dict[int, int]:
+        """rank → pid of the ready markers written so far."""
+        out = {}
         for marker in self.ready_dir.iterdir():
-            self.ranks[int(marker.name.removeprefix("rank"))] = int(marker.read_text())
+            text = marker.read_text().strip()
+            if marker.name.startswith("rank") and text.isdigit():
+                out[int(marker.name.removeprefix("rank"))] = int(text)
+        return out
 
     def stop(self) -> None:
         kill_tree(self.pid)

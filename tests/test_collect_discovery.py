@@ -31,8 +31,11 @@ for _ in $(seq 300); do [ "$(ls "$T/ready" | wc -l)" -ge 2 ] && break; sleep 0.1
 "$PY" -m ddp_autopsy collect --format json --out "$T/one" >"$T/one.out" 2>"$T/one.err"
 echo $? >"$T/one.rc"
 """
+# (the marker written whole, then renamed: never seen empty)
 CHILD = ("import os, pathlib, time; "
-         "pathlib.Path(os.environ['T'], 'ready', os.environ['RANK']).write_text(str(os.getpid())); "
+         "t = pathlib.Path(os.environ['T'], '.r' + os.environ['RANK']); "
+         "t.write_text(str(os.getpid())); "
+         "os.replace(t, pathlib.Path(os.environ['T'], 'ready', os.environ['RANK'])); "
          "time.sleep(60)")
 
 

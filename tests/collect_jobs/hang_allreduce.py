@@ -28,7 +28,10 @@ def _mark_ready(rank: int) -> None:
           flush=True)
     ready_dir = os.environ.get("READY_DIR")
     if ready_dir:
-        Path(ready_dir, f"rank{rank}").write_text(str(os.getpid()))
+        # written whole, then renamed: a reader never sees the marker empty
+        tmp = Path(ready_dir, f".rank{rank}.tmp")
+        tmp.write_text(str(os.getpid()))
+        os.replace(tmp, Path(ready_dir, f"rank{rank}"))
 
 
 def run(rank: int, world_size: int, args: argparse.Namespace) -> None:
