@@ -55,7 +55,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import polars as pl
@@ -419,13 +419,20 @@ def _own_crashes(job: Job) -> set[int]:
 def collective_frames(job: Job) -> dict[int, dict[str, Any]]:
     """Per rank, its last exception whose traceback ends in a torch.distributed collective (a
     timeout or a lost peer: the call it was blocked in)."""
-    out: dict[int, dict[str, Any]] = {}
-    for row in job.rows("exception"):
+    def in_collective(row: dict[str, Any]) -> bool:
         frame = row["data"].get("frame") or {}
         file = str(frame.get("file", ""))
         ddp = any(file.endswith(f) and frame.get("func") == fn for f, fn in DDP_COLLECTIVES)
-        if row["rank"] is None or not (file.endswith(C10D_FILE) or ddp) \
-                or not frame.get("func"):
+        return bool(frame.get("func")) and (file.endswith(C10D_FILE) or ddp)
+
+    return _last_by_rank(r for r in job.rows("exception") if in_collective(r))
+
+
+def _last_by_rank(rows: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Per rank, the last of ``rows`` (by file and line); rows naming no rank left out."""
+    out: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        if row["rank"] is None:
             continue
         prev = out.get(row["rank"])
         if prev is None or (row["source"], row["line"]) >= (prev["source"], prev["line"]):
@@ -510,18 +517,13 @@ SETUP = frozenset({"init_process_group", "new_group", "_store_based_barrier"})
 def backward_split(job: Job) -> tuple[dict[int, dict], dict[int, dict]]:
     """(ranks whose last traceback, a timeout or a lost peer, ends in autograd's backward,
     DDP's gradient all-reduce; ranks whose last such traceback ends in a collective call)."""
-    last: dict[int, dict] = {}
-    for row in job.rows("exception"):
-        if row["rank"] is not None and CONSEQUENCE.search(row["text"]):
-            prev = last.get(row["rank"])
-            if prev is None or (row["source"], row["line"]) >= (prev["source"], prev["line"]):
-                last[row["rank"]] = row
+    last = _last_by_rank(r for r in job.rows("exception") if CONSEQUENCE.search(r["text"]))
     back, other = {}, {}
     for rank, row in last.items():
         frame = row["data"].get("frame") or {}
         if frame.get("func") in BACKWARD_WAITS and "torch/autograd" in str(frame.get("file")):
             back[rank] = row
-        elif frame.get("func") in COLLECTIVES - SETUP and str(frame.get("file", "")).endswith(
-                "distributed_c10d.py"):
+        elif frame.get("func") in COLLECTIVES - SETUP \
+                and str(frame.get("file", "")).endswith("distributed_c10d.py"):
             other[rank] = row
     return back, other

@@ -183,10 +183,10 @@ class RankCrashed(Rule):
                 # The unranked exception's CUDA error, re-raised by a ranked watchdog line
                 ranks = {r["rank"] for r in job.rows("cuda_failure") if r["rank"] is not None
                          and (m := STICKY_CUDA.search(r["text"])) and m.group(0) in first["text"]}
-            if not ranks and (lone := _lone_failed_worker(job, first)) is not None:
-                ranks, failures = {lone["rank"]}, [*failures, {**lone, "data": {
-                    **lone["data"], "rank": lone["rank"]}}]
-            entry = next((f for f in failures if f["data"].get("rank") in ranks), None)
+            lone = None if ranks else _lone_failed_worker(job, first)
+            if lone is not None:
+                ranks = {lone["rank"]}
+            entry = next((f for f in failures if f["data"].get("rank") in ranks), None) or lone
             code = entry["data"].get("exitcode") if entry else None
             who = subject(ranks, "A rank")
             summary = f"{who} crashed first: {_describe(first)}"
