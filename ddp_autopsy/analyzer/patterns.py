@@ -731,6 +731,26 @@ PATTERNS: tuple[Pattern, ...] = (
         rank=int,
         rank2=int,
     ),
+    # A checkpoint save that is itself a collective (every rank must call it), as the frameworks
+    # log its start and end on the main process only. accelerate's save_state (accelerator.py,
+    # checkpointing.py save_accelerator_state, 0.x-1.x): "Saving FSDP model" / "FSDP Model saved
+    # to output dir …", "Saving FSDP Optimizer" / "FSDP Optimizer saved to …", "Saving DeepSpeed
+    # Model and Optimizer" / "DeepSpeed Model and Optimizer saved to output dir …", "Saving
+    # Megatron-LM Model, Optimizer and Scheduler" / "Megatron-LM Model , Optimizer and Scheduler
+    # saved to …"; DeepSpeed's checkpoint engines (log_dist on rank 0): "[Torch] Checkpoint
+    # global_step10 is about to be saved!" / "… is ready now!" (the end line until 0.14).
+    _p(
+        "distributed_save",
+        ("Saving FSDP ", "Saving DeepSpeed Model", "Saving Megatron-LM Model",
+         "is about to be saved!", "Model saved to", "Optimizer saved to", "Scheduler saved to",
+         "is ready now!"),
+        r"(?:\bSaving (?P<start>FSDP model|FSDP Optimizer|DeepSpeed Model and Optimizer"
+        r"|Megatron-LM Model, Optimizer and Scheduler)\b(?! saved)"
+        r"|\bCheckpoint (?P<start2>\S+) is about to be saved!"
+        r"|\b(?P<done>FSDP Model|FSDP Optimizer|DeepSpeed Model and Optimizer"
+        r"|Megatron-LM Model , Optimizer and Scheduler) saved to\b"
+        r"|\bCheckpoint (?P<done2>\S+) is ready now!)",
+    ),
     # A rank's own count of its data, as training loops print it to debug a hang: "Rank = 2,
     # Number of batches 8", "rank0  data.py:462  ... num_local_samples=2", "[rank 1] len(loader)
     # = 125" (a count of batches, steps, iterations or samples, not a step counter: "number
@@ -2090,6 +2110,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "closing_signal": {"info"},
     "rank_local_work": {"info"},
     "rank_data_count": {"info"},
+    "distributed_save": {"info"},
     "unused_parameters": {"failure"},
     "inputs_exhausted": {"failure"},
     "backend_device_mismatch": {"failure"},
