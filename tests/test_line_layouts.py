@@ -114,6 +114,54 @@ def test_kubectl_prefix() -> None:
     assert info.body.startswith("[Rank 15] Watchdog")
 
 
+def test_container_and_journal_envelopes_around_the_prefixes() -> None:
+    # containerd/CRI-O (/var/log/pods), journalctl's default and short-iso outputs
+    cri = parse_line(f"2026-11-25T03:00:01.123456789Z stderr F [default1]:[rank15]:{WATCHDOG}",
+                     2026)
+    assert (cri.rank, cri.local_rank) == (15, 1) and cri.body.startswith("[Rank 15] Watchdog")
+    journal = parse_line(f"Nov  5 03:00:01 gpu-node-7 python[41235]: [rank15]:{WATCHDOG}", 2026)
+    assert (journal.rank, journal.host, journal.pid) == (15, "gpu-node-7", None)
+    assert journal.ts == datetime(2026, 11, 5, 3, 0, 1)
+    iso = parse_line(f"2026-11-25T03:00:01+0000 gpu-node-7 python[41235]: [rank15]:{WATCHDOG}",
+                     2026)
+    assert (iso.rank, iso.host) == (15, "gpu-node-7")
+    # a word and a colon after a stamp is a logger's, not a syslog tag: no [pid]
+    plain = parse_line("2026-11-25 03:00:01 trainer main: step 5", 2026)
+    assert plain.host is None
+
+
+def _envelopes(console: list[str]) -> dict[str, str]:
+    stamp = "2026-11-25T03:00:{:02d}.123456789Z"
+    return {
+        "plain": "".join(f"{line}\n" for line in console),
+        "docker-json": "".join(json.dumps({"log": f"{line}\n", "stream": "stderr",
+                                           "time": stamp.format(i)}, separators=(",", ":"))
+                               + "\n" for i, line in enumerate(console)),
+        "cri": "".join(f"{stamp.format(i)} stderr F {line}\n" for i, line in enumerate(console)),
+        "journal": "".join(f"Nov 25 03:00:{i:02d} node7 torchrun[812]: {line}\n"
+                           for i, line in enumerate(console)),
+    }
+
+
+def test_one_console_in_each_envelope_gets_one_verdict(tmp_path: Path) -> None:
+    console = ["[rank3]:Traceback (most recent call last):",
+               '[rank3]:  File "/workspace/train.py", line 88, in <module>',
+               "[rank3]:    loss.backward()",
+               f"[rank3]:{OOM}",
+               "[rank1]:" + WATCHDOG.replace("Rank 15", "Rank 1")]
+    got = {}
+    for name, text in _envelopes(console).items():
+        (tmp_path / f"{name}.log").write_text(text)
+        analysis = run(load([tmp_path / f"{name}.log"]))
+        got[name] = (analysis.verdict.cause, tuple(analysis.verdict.ranks))
+        if name == "docker-json":
+            assert any("Docker json-file" in n.message for n in analysis.job.notes)
+    assert set(got.values()) == {("out_of_memory", (3,))}, got
+    # the evidence is the line as the program wrote it, at its line number in the file
+    ev = run(load([tmp_path / "docker-json.log"])).verdict.evidence[0]
+    assert ev.line == 4 and ev.text == f"2026-11-25T03:00:03.123456789Z [rank3]:{OOM}"
+
+
 def test_docker_compose_prefix_decided_per_file() -> None:
     lines = [f"trainer-{n}  | [rank{n}]:{WATCHDOG}" for n in (1, 2)] * 4
     prefix = detect_prefixes(lines)

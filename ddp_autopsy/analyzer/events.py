@@ -444,10 +444,41 @@ def _looks_binary(head: bytes) -> bool:
     return control > 0.1 * len(text) or (len(text) > 4096 and b"\n" not in text)
 
 
+#: Docker's json-file log driver (/var/lib/docker/containers/<id>/<id>-json.log, also what many
+#: log shippers keep): one JSON object per line, {"log": "<line>\n", "stream": ..., "time": ...}.
+DOCKER_JSON_HEAD = re.compile(rb'^\s*\{\s*"log"\s*:\s*"')
+
+
+def docker_json_lines(block: bytes) -> bytes:
+    """Each line's ``log`` field, after its ``time`` (RFC 3339: read as a stamp), one line for
+    one line (the numbers stay the file's); a line that is not such an object stays as it is."""
+    text = block.decode("utf-8", "replace")
+    ends = text.endswith("\n")
+    raw = pl.Series("raw", (text[:-1] if ends else text).split("\n"), dtype=pl.String)
+    log = raw.str.json_path_match("$.log").str.strip_chars_end("\n")
+    time = raw.str.json_path_match("$.time")
+    lines = pl.select(
+        pl.when(log.is_null()).then(raw)
+        .when(time.is_null()).then(log)
+        .otherwise(pl.concat_str([time, pl.lit(" "), log]))
+    ).to_series()
+    return ("\n".join(lines.to_list()) + ("\n" if ends else "")).encode("utf-8")
+
+
 def iter_blocks(fh: IO[bytes], display: str, notes: list[InputNote]) -> Iterator[bytes]:
     """UTF-8 bytes in blocks that end at a line end (the last one may not): NUL bytes dropped,
-    UTF-16 re-encoded, over-long lines cut, binary files refused, each with a note."""
+    UTF-16 re-encoded, over-long lines cut, binary files refused, Docker's JSON lines unwrapped,
+    each with a note."""
     first = fh.read(BLOCK_BYTES)
+    if DOCKER_JSON_HEAD.match(first[:64]):
+        notes.append(InputNote(display, "Docker json-file log: each line's \"log\" field read, "
+                                        "after its \"time\"", "info"))
+        yield from map(docker_json_lines, _blocks(first, fh, display, notes))
+        return
+    yield from _blocks(first, fh, display, notes)
+
+
+def _blocks(first: bytes, fh: IO[bytes], display: str, notes: list[InputNote]) -> Iterator[bytes]:
     decoder = None
     if first[:2] in (b"\xff\xfe", b"\xfe\xff"):
         decoder = codecs.getincrementaldecoder("utf-16")(errors="replace")

@@ -167,6 +167,20 @@ LEVEL_FIRST = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<mm>\d\d)-(?P<dd>\d\d) "
     r"(?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))? \[?[\w./-]+:\d+\] "  # (vLLM < 0.8: no "[")
 )
+# The CRI log format (containerd, CRI-O: /var/log/pods/*/*.log on a Kubernetes node), after its
+# RFC 3339 stamp: "2026-11-25T03:00:01.123456789Z stderr F msg" (P: a partial line).
+CRI_STREAM = re.compile(r"^(?:stdout|stderr) [FP] ")
+# syslog / journalctl's default output: "Nov 25 03:00:01 gpu-node-7 python[41235]: msg", and
+# after an ISO stamp (journalctl -o short-iso) "gpu-node-7 python[41235]: msg". The pid is the
+# process that opened the journal stream (the launcher for all its workers): not kept.
+SYSLOG = re.compile(
+    r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(?P<day>\d{1,2}) "
+    r"(?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))? (?P<host>[A-Za-z0-9][\w.-]{0,62}) "
+    r"[^\s\[\]:]+(?:\[\d+\])?: "
+)
+SYSLOG_TAIL = re.compile(r"^(?P<host>[A-Za-z0-9][\w.-]{0,62}) [^\s\[\]:]+\[\d+\]: ")
+MONTHS = {m: i for i, m in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 # kubectl logs --prefix: "[pod/trainer-worker-0/pytorch] msg"
 KUBECTL = re.compile(r"^\[pod/(?P<pod>[^/\]\s]+)(?:/(?P<container>[^\]\s]+))?\] ?")
 # Python logging's level after a stamp: "2024-05-01 12:00:01,123 - INFO - msg", "... INFO     msg"
@@ -553,6 +567,15 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
             body = body[m.end() :]
             stamped = False
             continue
+        if stamped and (m := CRI_STREAM.match(body)):
+            body = body[m.end() :]
+            stamped = False
+            continue
+        if stamped and "]: " in body[:100] and (m := SYSLOG_TAIL.match(body)):
+            info.host = info.host or m.group("host")
+            body = body[m.end() :]
+            stamped = False
+            continue
         if stamped and ">> " in body[:66] and (m := COLLECTOR_HOST.match(body)):
             info.host = info.host or m.group("host")
             parts.append(f"h={m.group('host')}")
@@ -604,6 +627,13 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
             continue
         m = DEEPSPEED_SRC.match(body)
         if m:
+            body = body[m.end() :]
+            continue
+        m = SYSLOG.match(body) if body[:1] in "ADFJMNOS" else None
+        if m:
+            info.host = info.host or m.group("host")
+            mmdd = str(MONTHS[m.group("mon")] * 100 + int(m.group("day")))
+            _stamp(info, timestamps.glog(mmdd, m.group("hms"), m.group("frac"), ref))
             body = body[m.end() :]
             continue
         m = PYLOG_PLAIN.match(body)
