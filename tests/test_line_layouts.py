@@ -310,6 +310,14 @@ def test_a_mismatch_report_wrapped_after_its_first_sentence_is_joined() -> None:
     assert (data(row)["r1"], data(row)["r2"], data(row)["joined_lines"]) == (7, 0, 3)
 
 
+def test_a_gloo_connect_wrapped_before_its_address_is_joined() -> None:
+    """s68-001: the paste wraps old Gloo's connect failure after "connect "."""
+    rows = scan("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect \n"
+                "[127.0.1.1]:29591: Connection refused\n")
+    (gloo,) = kinds(rows, "gloo_connect_failure")
+    assert (data(gloo)["addr"], data(gloo)["port"]) == ("127.0.1.1", 29591)
+
+
 def test_joins_stop_at_a_prefixed_line_and_after_three_lines() -> None:
     assert not kinds(scan(f"{WRAPPED[0]}\n[rank1]:{WRAPPED[1]}\n"), "watchdog_timeout")
     head, tail = WRAPPED[0][:-30], WRAPPED[0][-30:]

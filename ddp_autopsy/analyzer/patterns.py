@@ -691,7 +691,7 @@ PATTERNS: tuple[Pattern, ...] = (
     # debug logger's last try "failed to connect, willRetry=0, ..." (willRetry=1 is transient).
     _p(
         "gloo_connect_failure",
-        ("connectFullMesh failed", "failed to connect, willRetry=0", "] connect ["),
+        ("connectFullMesh failed", "failed to connect, willRetry=0", "] connect"),
         # Older Gloo: "[../third_party/gloo/gloo/transport/tcp/pair.cc:799] connect
         # [127.0.1.1]:27389: Connection refused" (often a hostname resolving to loopback).
         r"(?:Gloo connectFullMesh failed(?: with)?|failed to connect, willRetry=0"
