@@ -243,6 +243,15 @@ def test_python_logging_formats() -> None:
 
 # --- what a terminal leaves ---------------------------------------------------------------------
 
+def test_icefall_rank_of_world_logger_prefix() -> None:
+    """s70-005 (vall-e, icefall's setup_logger): "[file.py:N] (rank/world) msg"."""
+    info = parse_line("2023-04-13 16:00:05,621 INFO [trainer.py:650] (5/8) Reaches end of "
+                      "dataloader.", 2023)
+    assert (info.rank, info.cue, info.body) == (5, "(rank/world) logger prefix",
+                                                "Reaches end of dataloader.")
+    assert parse_line("INFO [trainer.py:650] (9/8) x", 2023).rank is None
+
+
 def test_ansi_colours_are_stripped_before_matching() -> None:
     coloured = f"\x1b[31m[rank15]:\x1b[0m\x1b[1m{WATCHDOG}\x1b[0m\n"
     (row,) = kinds(scan(coloured), "watchdog_timeout")

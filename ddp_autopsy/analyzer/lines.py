@@ -104,8 +104,9 @@ ANY_FILE_PREFIX = (r"^(?:(?:[A-Za-z0-9][A-Za-z0-9_.-]{0,62}| *[0-9]+|\[[0-9]+\])
 # torch's own (P2/P3).
 LAUNCHER = re.compile(r"^\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)(?:[|:](?P<gr>\d+))?\]:\s?")
 # ... and torchrun --role "$(hostname -s):" --tee: "[host1:0]" + the text, the role ending in ":"
-# and no colon after the bracket (a local rank of at most three digits: not "[node-0:29500]").
-ROLE_TEE = re.compile(r"^\[(?P<role>[A-Za-z_][\w.-]*):(?P<lr>\d{1,3})\](?!:)")
+# and no colon after the bracket (a local rank of at most three digits: not "[node-0:29500]";
+# not a logger's source, "[train.py:650]").
+ROLE_TEE = re.compile(r"^\[(?P<role>[A-Za-z_][\w.-]*)(?<!\.py):(?P<lr>\d{1,3})\](?!:)")
 # Open MPI --tag-output: "[1,3]<stdout>:"; horovodrun's own (Gloo) launcher: "[3]<stderr>:"
 MPI = re.compile(r"^\[(?:(?P<job>\d+),)?(?P<rank>\d+)\]<(?:stdout|stderr)>:\s?")
 TORCH_RANK = re.compile(r"^\[[Rr]ank(?P<rank>\d+)\]:\s?")  # (some forks print "[Rank7]:")
@@ -139,6 +140,9 @@ ISO = re.compile(
 COLLECTOR_HOST = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9_.-]{0,62}) >> ")
 # DeepSpeed's logger, after its "[date] [LEVEL] ": "[engine.py:1234:__init__] "
 DEEPSPEED_SRC = re.compile(r"^\[[\w.-]+\.py:\d+:[\w<>]+\]\s")
+# k2-fsa's icefall setup_logger and the recipes that copy it (lhotse, vall-e, speechbrain
+# recipes): "%(asctime)s %(levelname)s [%(filename)s:%(lineno)d] ({rank}/{world_size}) msg"
+RANK_OF_WORLD = re.compile(r"^\[[\w.-]+\.py:\d+\] \((?P<rank>\d+)/(?P<world>\d+)\) ")
 # NCCL: "host:pid:tid [dev] NCCL INFO ..."; 2.26+ may stamp it: "[2025-05-01 10:11:12] host:...".
 NCCL = re.compile(
     r"^(?:\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d+))?[^\]]*\] )?"
@@ -627,6 +631,12 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
             continue
         m = DEEPSPEED_SRC.match(body)
         if m:
+            body = body[m.end() :]
+            continue
+        m = RANK_OF_WORLD.match(body) if body[:1] == "[" else None
+        if m and int(m.group("rank")) < int(m.group("world")):
+            if info.rank is None:
+                info.rank, info.cue = int(m.group("rank")), "(rank/world) logger prefix"
             body = body[m.end() :]
             continue
         m = SYSLOG.match(body) if body[:1] in "ADFJMNOS" else None
