@@ -13,7 +13,8 @@ launcher sent, in the same log or on the same host) is the teardown, not a crash
 
 An exception did not end its process when it was raised in a thread of its own (Python's
 "Exception in thread NAME:" just above the traceback), or when it was logged in a bundle whose
-stack dump then found that rank's process alive, or followed in the same file by that rank's own
+stack dump then found that rank's process alive and still in its program (a ``<module>`` frame
+under its main thread, not only an atexit handler), or followed in the same file by that rank's own
 logger reporting progress (a stamped INFO line with a step, an epoch, a loss: a caught, logged
 exception): none is a crash. Printed lines do not count: stdout is buffered, and a crashing
 rank's last prints are flushed after its traceback.
@@ -85,16 +86,32 @@ WORK_GOES_ON = re.compile(r"(?i)\b(?:step|epoch|iter(?:ation)?|batch|loss)\b[ =:
 FAILURE_WORDS = re.compile(r"(?i)error|exception|traceback|fail|abort|timed? ?out|killed")
 
 
+def _main_returned(stacks: pl.DataFrame) -> set[tuple[int, int]]:
+    """(rank, pid) of the processes alive in a stack dump whose main thread is no longer in the
+    program: no ``<module>`` frame under it. The main module returned or raised, and the
+    interpreter is finishing (atexit handlers, finalizers, joining threads): an uncaught
+    exception logged before did end the program."""
+    if not stacks.height or "thread_name" not in stacks.columns:
+        return set()
+    main = stacks.filter((pl.col("thread_name") == "MainThread") & pl.col("rank").is_not_null())
+    if not main.height:
+        return set()
+    per = main.group_by("rank", "pid").agg((pl.col("func") == "<module>").any().alias("module"))
+    return {(r["rank"], r["pid"]) for r in per.filter(~pl.col("module")).iter_rows(named=True)}
+
+
 def _survivor_test(job: Job) -> Callable[[str, int | None, dict, int], bool]:
     """``survived(source, rank, data, line)`` for an exception event: true when it did not end
     its process (see the module docstring)."""
     headers = {(r["source"], r["line"]) for r in job.rows("thread_exception")}
     alive: dict[str, set[int]] = {}
     procs = job.processes
+    returned = _main_returned(job.stacks)
     if procs.height and {"stack_status", "bundle"} <= set(procs.columns):
         for row in procs.filter((pl.col("role") == "worker") & (pl.col("stack_status") == "ok")
                                 & pl.col("rank").is_not_null()).iter_rows(named=True):
-            alive.setdefault(str(row["bundle"]), set()).add(row["rank"])
+            if (row["rank"], row["pid"]) not in returned:
+                alive.setdefault(str(row["bundle"]), set()).add(row["rank"])
 
     # each rank's last line per file when a logger's INFO line reports work going on (a step,
     # an epoch, a loss). A logger writes to stderr like the traceback, so its order is true;

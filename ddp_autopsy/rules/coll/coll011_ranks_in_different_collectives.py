@@ -174,7 +174,7 @@ class RanksInDifferentCollectives(Rule):
     slug = "ranks-in-different-collectives"
     cause = "collective_mismatch"
     requires = ()  # the stacks, or the tracebacks the timeouts left
-    optional = ("stack_tree", "events")
+    optional = ("stack_tree", "events", "crashes")
 
     def check(self, job: Job) -> Iterator[Finding]:
         if job.stacks.height:
@@ -275,6 +275,8 @@ class RanksInDifferentCollectives(Rule):
         odd_procs = [p for k in (ordered if tie else odd) for c in calls[k]
                      for p in tree.members(c.members)]
         ranks = [p.rank for p in odd_procs if p.rank is not None]
+        if not tie and job.has("events") and set(ranks) & job.crashes.ranks:
+            return  # its program raised: it waits in its exit path's collective (CRASH001's)
 
         def where(key: tuple[str, str]) -> str:
             procs = [p for c in calls[key] for p in tree.members(c.members)]
