@@ -21,7 +21,8 @@ exception cut off; unranked, the one rank its peers lost at a monitored barrier)
 still, the process at the other end of a connection that
 closed when nothing else failed (Gloo's "Connection closed by peer" alone). Exceptions that merely report another rank's death ("Connection closed by peer",
 "Failed to recv, got 0 bytes", ncclRemoteError, watchdog timeouts, agents' SIGTERMs) are not
-counted as first failures, nor is the SIGABRT (-6) with which torch's watchdog ends its own
+counted as first failures, nor is a wait that gave up (a TimeoutError, filelock's Timeout:
+for a file, a queue, a peer's answer) when another rank raised something else, nor is the SIGABRT (-6) with which torch's watchdog ends its own
 process after a timeout (torchelastic's exit code or mp.spawn's signal), nor an exception raised
 while torch built its communication backend (init_process_group's process-group helper,
 init_rpc's backend: the environment cannot run it, on every rank alike; the best-effort verdict
@@ -111,6 +112,10 @@ CONSEQUENCE = re.compile(
 )
 
 
+#: Exception types of a wait that gave up (builtins, socket, asyncio, concurrent.futures,
+#: filelock, requests/httpx): the rank waited for something, another rank's failure is first.
+WAITED_TYPE = re.compile(r"(?:^|\.)(?:\w*Timeout(?:Error)?|timeout)$")
+
 #: Launchers whose own argparse error is theirs, not a worker's ("torchrun: error: ...").
 LAUNCHER_PROGS = frozenset({"torchrun", "deepspeed", "accelerate", "launch.py", "run.py",
                             "torch.distributed.run", "torch.distributed.launch", "horovodrun",
@@ -165,6 +170,11 @@ class RankCrashed(Rule):
         spawns = job.rows("spawn_failed")
         # Exceptions attributed to a rank, earliest first where clocks say so.
         ranked = [r for r in exceptions if r["rank"] is not None]
+        # A rank that gave up waiting (a TimeoutError of its own wait: for a file, a queue, a
+        # peer's answer) waited for something another rank's failure withheld.
+        raised = [r for r in ranked if not WAITED_TYPE.search(str(r["data"].get("type") or ""))]
+        if raised:
+            ranked = raised
         primary = ranked or ([] if failures or spawns else exceptions)
         # (not a root whose SIGABRT is its own watchdog's: torch ends a process so after a
         # timeout, and torchelastic's "first observed failure" is then the first such abort)
