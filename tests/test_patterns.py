@@ -507,6 +507,7 @@ ELSEWHERE = {"traceback": "test_layouts / test_engine (tracebacks)",
              "spawn_failed": "rank_crash_spawn scenario", "agent_signal": "scenarios",
              "rank_local_work": "test_rank_local_work", "connect_retry": "scenarios",
              "rank_data_count": "COLL004-ranks-count-batches (a program's own print)",
+             "rank_collective_shape": "COLL001-shape-prints-one-rank-odd (a program's print)",
              "rdzv_connection_error": "rule examples", "backend_device_mismatch": "ENV003 example",
              "socket_ifname": "NCCL001 example",
              # docs/messages/catalog.jsonl examples (test_message_catalog) and rule cases

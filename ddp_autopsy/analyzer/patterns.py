@@ -764,6 +764,16 @@ PATTERNS: tuple[Pattern, ...] = (
         rank=int,
         n=int,
     ),
+    # A program's own print of the tensor it passes to a collective, as users print them to
+    # debug a hang: "# Rank 0 tensor before allreduce: torch.Size([409600]) 1.0", "[rank3]:
+    # all_gather input torch.Size([4, 512])". COLL001 compares the shapes across ranks (not
+    # all_to_all's: its inputs may differ by design).
+    _p(
+        "rank_collective_shape",
+        "torch.Size(",
+        r"(?i)(?P<label>[^\r\n]{0,80}?\b(?:all_?reduce|all_?gather\w*|broadcast|reduce_?scatter"
+        r"\w*|collective)\b[^\r\n]{0,60}?)torch\.Size\((?P<shape>\[[\d, ]*\])\)",
+    ),
     # A peer went away: a consequence, reported as a symptom.
     _p(
         "peer_closed",
@@ -2111,6 +2121,7 @@ TAGS: dict[str, frozenset[str]] = {kind: frozenset(tags) for kind, tags in {
     "rank_local_work": {"info"},
     "rank_data_count": {"info"},
     "distributed_save": {"info"},
+    "rank_collective_shape": {"info"},
     "unused_parameters": {"failure"},
     "inputs_exhausted": {"failure"},
     "backend_device_mismatch": {"failure"},

@@ -4,7 +4,10 @@
 Ranks disagree on the collective they are in: TORCH_DISTRIBUTED_DEBUG=DETAIL's "Detected
 mismatch between collectives on ranks" (op type, tensor shape, dtype or sequence number
 differ) and its shape check ("Error when verifying shape tensors for collective ALLREDUCE on
-rank 0 ... Got shapes: 10": no rank named), accelerate's debug mode ("Cannot apply desired operation due to shape mismatches"), or
+rank 0 ... Got shapes: 10": no rank named), accelerate's debug mode ("Cannot apply desired operation due to shape mismatches"),
+the ranks' own prints of the tensor they pass to a collective, once each, where a few ranks'
+shape is not the majority's ("Rank 0 tensor before allreduce: torch.Size([409600])" against
+torch.Size([32768000]) on the seven others; not all_to_all, whose inputs may differ), or
 watchdog timeouts where ranks report different operations for the same sequence
 number (e.g. rank 0 in REDUCE #3742816 while the others are in _ALLGATHER_BASE #3742816; or the
 same op with another NumelIn), or at
@@ -99,6 +102,9 @@ def _short(fp: str) -> str:
     return " ".join(parts)
 
 
+#: A rank named in a program's own print: "Rank 3 tensor ...", "rank=3 ...", "[rank 3] ...".
+SELF_NAMED = re.compile(r"(?i)\brank\s*[=:]?\s*(\d+)\b")
+
 #: A rank's last line saying it is through (not a step or an epoch that ended).
 FINISHED = re.compile(r"(?i)\b(?:completed|finished|done|exiting|all done)\b")
 STEP = re.compile(r"(?i)\b(?:epoch|step|iter(?:ation)?)\s*[=:#]?\s*\d")
@@ -139,6 +145,7 @@ class CollectiveMismatch(Rule):
         yield from self._nccl_check(job)
         yield from self._zero3_traces(job)
         yield from self._shape_check(job)
+        yield from self._shape_prints(job)
         differ = list(self._different_roots(job))
         yield from differ or self._one_host_stall(job)
         yield from self._others_finished(job)
@@ -321,6 +328,43 @@ class CollectiveMismatch(Rule):
             rows, f"The ranks called the collective{where} with inputs of different shapes (the "
             "debug mode's shape check failed): a size that depends on the rank's data, or a "
             "different tensor on some ranks.", shown=2, ranks=(), confidence=0.85)
+
+    def _shape_prints(self, job: Job) -> Iterator[Finding]:
+        """The ranks printed the shape of the tensor they pass to a collective ("Rank 0 tensor
+        before allreduce: torch.Size([409600])"), once each, and the shapes differ: most ranks
+        agree, a few do not. Every rank must pass the same shape (all_gather_into_tensor, a
+        reduce, a broadcast): the few are the odd ones."""
+        shapes: dict[str, dict[int, set[str]]] = {}
+        rows_of: dict[str, list[dict]] = {}
+        for r in job.rows("rank_collective_shape"):
+            label = r["data"]["label"]
+            named = SELF_NAMED.search(label)
+            rank = int(named.group(1)) if named else r["rank"]
+            if rank is None:
+                continue
+            key = re.sub(r"\d+", "#", " ".join(label.lower().split()))
+            shapes.setdefault(key, {}).setdefault(rank, set()).add(r["data"]["shape"])
+            rows_of.setdefault(key, []).append(r)
+        for key, per_rank in sorted(shapes.items()):
+            fixed = {rank: next(iter(v)) for rank, v in per_rank.items() if len(v) == 1}
+            if len(fixed) < 3 or len(fixed) < len(per_rank) or len(set(fixed.values())) < 2:
+                continue
+            top, n_top = Counter(fixed.values()).most_common(1)[0]
+            if n_top <= len(fixed) / 2:
+                continue
+            odd = sorted(rank for rank, v in fixed.items() if v != top)
+            rows = sorted(rows_of[key], key=lambda r: (r["data"]["shape"] == top, r["line"]))
+            said = ", ".join(f"rank {rank}: {fixed[rank]}" for rank in odd[:4])
+            yield self.finding(
+                f"The ranks printed different shapes for the tensor they pass to a collective: "
+                f"{said} against {top} on the other {n_top}. Every rank must "
+                f"pass the same shape, so the collective cannot complete; "
+                f"{rank_phrase(odd)} {'is' if len(odd) == 1 else 'are'} the odd one"
+                f"{'' if len(odd) == 1 else 's'}.",
+                evidence=[evidence_of(r) for r in rows[:3]], ranks=odd, confidence=0.6,
+                ts=first_ts(rows), details={"shapes": {str(k): v for k, v in sorted(
+                    fixed.items())}})
+            return
 
     def _nccl_check(self, job: Job) -> Iterator[Finding]:
         """NCCL's own check: "... collective mismatch around rank N" (a rank that called a
