@@ -137,7 +137,18 @@ def _envelopes(console: list[str]) -> dict[str, str]:
         "docker-json": "".join(json.dumps({"log": f"{line}\n", "stream": "stderr",
                                            "time": stamp.format(i)}, separators=(",", ":"))
                                + "\n" for i, line in enumerate(console)),
+        "gcp-json": "".join(json.dumps({"insertId": f"i{i}", "textPayload": line,
+                                        "timestamp": stamp.format(i), "severity": "ERROR"})
+                            + "\n" for i, line in enumerate(console)),
+        "loki-jsonl": "".join(json.dumps({"labels": {"job": "train"}, "line": line,
+                                          "timestamp": stamp.format(i)}) + "\n"
+                              for i, line in enumerate(console)),
+        "journal-json": "".join(json.dumps({"MESSAGE": line, "_HOSTNAME": "node7"}) + "\n"
+                                for line in console),
         "cri": "".join(f"{stamp.format(i)} stderr F {line}\n" for i, line in enumerate(console)),
+        "ts-elapsed": "".join(f"00:00:{i:02d} {line}\n" for i, line in enumerate(console)),
+        "sagemaker-mpi": "".join(f"[1,mpirank:{line[5]},algo-1]<stderr>:{line}\n"
+                                 for line in console),
         "journal": "".join(f"Nov 25 03:00:{i:02d} node7 torchrun[812]: {line}\n"
                            for i, line in enumerate(console)),
     }
@@ -154,8 +165,8 @@ def test_one_console_in_each_envelope_gets_one_verdict(tmp_path: Path) -> None:
         (tmp_path / f"{name}.log").write_text(text)
         analysis = run(load([tmp_path / f"{name}.log"]))
         got[name] = (analysis.verdict.cause, tuple(analysis.verdict.ranks))
-        if name == "docker-json":
-            assert any("Docker json-file" in n.message for n in analysis.job.notes)
+        if name.endswith("json") or name.endswith("jsonl"):
+            assert any("field read" in n.message for n in analysis.job.notes), name
     assert set(got.values()) == {("out_of_memory", (3,))}, got
     # the evidence is the line as the program wrote it, at its line number in the file
     ev = run(load([tmp_path / "docker-json.log"])).verdict.evidence[0]
@@ -193,7 +204,16 @@ def test_a_time_of_day_before_ray_and_rank_prefixes() -> None:
     # s14-021: a log viewer's time of day, then the Ray actor, then torch's rank prefix
     info = parse_line(f"11:31:42.990 (WorkerDict pid=10872) [rank5]:{WATCHDOG}", 2025)
     assert (info.rank, info.pid) == (5, 10872) and info.body.startswith("[Rank 15] Watchdog")
-    assert parse_line("11:31:42 loss=2.1", 2025).body == "11:31:42 loss=2.1"  # not before a prefix
+    # moreutils' ts: "ts -s" elapsed time, its default "%b %d %H:%M:%S"; syslog needs "ident[pid]:"
+    assert parse_line("00:01:17 loss=2.1", 2025).body == "loss=2.1"
+    assert parse_line("Nov 25 01:17:16 rank 1: uploading", 2025).body == "rank 1: uploading"
+    info = parse_line("Nov 25 01:17:16 INFO root: step 5", 2025)
+    assert (info.host, info.body) == (None, "INFO root: step 5")
+
+
+def test_sagemaker_mpirun_tag() -> None:
+    info = parse_line(f"[1,mpirank:3,algo-2]<stderr>:{OOM}", 2025)
+    assert (info.rank, info.host, info.body) == (3, "algo-2", OOM)
 
 
 def test_vllm_worker_prefix_and_level_first_logger() -> None:

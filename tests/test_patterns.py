@@ -479,6 +479,11 @@ EXAMPLES: list[tuple[str, str, dict]] = [
     ("horovod_stall", "[1,0]<stderr>:Stalled ranks:", {}),
     ("horovod_missing_rank", "[0] 1: [broadcast.assign_conv_first_modules.0.bias, "
      "broadcast.assign_conv_first_modules.0.weight ...]", {"missing": 1}),
+    ("cuda_failure", "Failed: Cuda error csrc/custom_all_reduce.cuh:143 'invalid resource "
+     "handle'", {"err": "invalid resource handle"}),
+    ("exception", "ptuning/train.sh: torch.distributed.elastic.multiprocessing.api."
+     "SignalException: Process 8665 got signal: 1",
+     {"type": "torch.distributed.elastic.multiprocessing.api.SignalException"}),
     ("worker_failed", "[2026-03-30 19:24:42,731] torch.distributed.elastic.multiprocessing.api: "
      "[ERROR] failed (exitcode: -9) for binary located at /opt/conda/bin/python3.10 with "
      "local_rank: 0 (process ID: 71)", {"exitcode": -9, "local_rank": 0, "pid": 71}),

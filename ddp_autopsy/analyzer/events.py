@@ -444,19 +444,45 @@ def _looks_binary(head: bytes) -> bool:
     return control > 0.1 * len(text) or (len(text) > 4096 and b"\n" not in text)
 
 
-#: Docker's json-file log driver (/var/lib/docker/containers/<id>/<id>-json.log, also what many
-#: log shippers keep): one JSON object per line, {"log": "<line>\n", "stream": ..., "time": ...}.
-DOCKER_JSON_HEAD = re.compile(rb'^\s*\{\s*"log"\s*:\s*"')
+#: Log exports that keep each line of the program's output as a JSON string, one object per line:
+#: (what the note calls it, the field with the line, the field with its time). Docker's json-file
+#: driver (/var/lib/docker/containers/<id>/<id>-json.log, Fluentd/Fluent Bit's "log"), Google
+#: Cloud Logging's exports to storage, Grafana Loki's `logcli query --output=jsonl`, `journalctl
+#: -o json`. Not an application's own JSON records ("message", "msg"): their traceback is in
+#: another field, read where it is.
+JSON_ENVELOPES: tuple[tuple[str, str, str | None], ...] = (
+    ("Docker json-file log", "log", "time"),
+    ("Google Cloud Logging export", "textPayload", "timestamp"),
+    ("Grafana Loki JSON lines", "line", "timestamp"),
+    ("journald JSON", "MESSAGE", None),
+)
 
 
-def docker_json_lines(block: bytes) -> bytes:
-    """Each line's ``log`` field, after its ``time`` (RFC 3339: read as a stamp), one line for
+def json_envelope(first: bytes) -> tuple[str, str, str | None] | None:
+    """The envelope whose line field the file's first line (a JSON object) holds as a string."""
+    head = first.lstrip()[:1 << 20]
+    if not head.startswith(b"{"):
+        return None
+    try:
+        doc = json.loads(head.split(b"\n", 1)[0])
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    return next((e for e in JSON_ENVELOPES if isinstance(doc.get(e[1]), str)), None)
+
+
+def envelope_lines(block: bytes, field: str, time_field: str | None) -> bytes:
+    """Each line's ``field``, after its ``time_field`` (RFC 3339: read as a stamp), one line for
     one line (the numbers stay the file's); a line that is not such an object stays as it is."""
     text = block.decode("utf-8", "replace")
     ends = text.endswith("\n")
     raw = pl.Series("raw", (text[:-1] if ends else text).split("\n"), dtype=pl.String)
-    log = raw.str.json_path_match("$.log").str.strip_chars_end("\n")
-    time = raw.str.json_path_match("$.time")
+    # (an entry of several lines, a traceback Cloud Logging kept whole, is read as its lines:
+    # the line numbers after it are then the lines read, not the file's)
+    log = raw.str.json_path_match(f"$.{field}").str.strip_chars_end("\n")
+    time = raw.str.json_path_match(f"$.{time_field}") if time_field else pl.Series(
+        [None] * raw.len(), dtype=pl.String)
     lines = pl.select(
         pl.when(log.is_null()).then(raw)
         .when(time.is_null()).then(log)
@@ -467,13 +493,17 @@ def docker_json_lines(block: bytes) -> bytes:
 
 def iter_blocks(fh: IO[bytes], display: str, notes: list[InputNote]) -> Iterator[bytes]:
     """UTF-8 bytes in blocks that end at a line end (the last one may not): NUL bytes dropped,
-    UTF-16 re-encoded, over-long lines cut, binary files refused, Docker's JSON lines unwrapped,
-    each with a note."""
+    UTF-16 re-encoded, over-long lines cut, binary files refused, log exports' JSON lines
+    unwrapped, each with a note."""
     first = fh.read(BLOCK_BYTES)
-    if DOCKER_JSON_HEAD.match(first[:64]):
-        notes.append(InputNote(display, "Docker json-file log: each line's \"log\" field read, "
-                                        "after its \"time\"", "info"))
-        yield from map(docker_json_lines, _blocks(first, fh, display, notes))
+    envelope = json_envelope(first)
+    if envelope is not None:
+        name, field, time_field = envelope
+        after = f", after its \"{time_field}\"" if time_field else ""
+        notes.append(InputNote(display, f"{name}: each line's \"{field}\" field read{after}",
+                               "info"))
+        for block in _blocks(first, fh, display, notes):
+            yield envelope_lines(block, field, time_field)
         return
     yield from _blocks(first, fh, display, notes)
 

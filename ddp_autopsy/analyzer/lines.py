@@ -107,8 +107,10 @@ LAUNCHER = re.compile(r"^\[(?P<role>[A-Za-z_][\w-]*?)(?P<lr>\d+)(?:[|:](?P<gr>\d
 # and no colon after the bracket (a local rank of at most three digits: not "[node-0:29500]";
 # not a logger's source, "[train.py:650]").
 ROLE_TEE = re.compile(r"^\[(?P<role>[A-Za-z_][\w.-]*)(?<!\.py):(?P<lr>\d{1,3})\](?!:)")
-# Open MPI --tag-output: "[1,3]<stdout>:"; horovodrun's own (Gloo) launcher: "[3]<stderr>:"
-MPI = re.compile(r"^\[(?:(?P<job>\d+),)?(?P<rank>\d+)\]<(?:stdout|stderr)>:\s?")
+# Open MPI --tag-output: "[1,3]<stdout>:"; horovodrun's own (Gloo) launcher: "[3]<stderr>:";
+# SageMaker's mpirun (smdistributed, its PyTorch containers): "[1,mpirank:3,algo-1]<stderr>:"
+MPI = re.compile(r"^\[(?:(?P<job>\d+),)?(?:mpirank:)?(?P<rank>\d+)(?:,(?P<host>[A-Za-z0-9]"
+                 r"[\w.-]{0,62}))?\]<(?:stdout|stderr)>:\s?")
 TORCH_RANK = re.compile(r"^\[[Rr]ank(?P<rank>\d+)\]:\s?")  # (some forks print "[Rank7]:")
 # Lightning's rank_prefixed_message: "[rank: 1] msg"; trainers' own loggers: "[RANK 4] msg"
 LIGHTNING = re.compile(r"^\[rank: (?P<rank>\d+)\]\s")
@@ -159,8 +161,10 @@ RAY = re.compile(
     r"(?:, ip=(?P<ip>[0-9A-Fa-f.:]+))?\) ?"
 )
 # A log viewer's time of day before the process's own prefixes: "11:31:42.990 (WorkerDict
-# pid=10872) [rank5]:..." (no date: stripped, not used as a stamp)
-TIME_OF_DAY = re.compile(r"^\d\d:\d\d:\d\d(?:[.,]\d{1,9})? (?=[(\[])")
+# pid=10872) [rank5]:...", moreutils' `ts -s` / `ts -i` elapsed time ("00:01:17 msg"), its
+# default "Nov 25 01:17:16 msg" (no date or no year: stripped, not used as a stamp)
+TIME_OF_DAY = re.compile(r"^(?:(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}\d{1,2} )?"
+                         r"\d\d:\d\d:\d\d(?:[.,]\d{1,9})? (?=\S)")
 # SGLang's logger: "[2025-08-28 21:19:34 DP1 TP3] msg" (the stamp is read first, then its
 # parallel ranks, which are ranks within their groups, not global ones), and with the process:
 # "2025-08-28 21:19:34 ERROR 125765 [ DP10 TP10 EP10 scheduler.py:2655] msg".
@@ -180,9 +184,9 @@ CRI_STREAM = re.compile(r"^(?:stdout|stderr) [FP] ")
 SYSLOG = re.compile(
     r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(?P<day>\d{1,2}) "
     r"(?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))? (?P<host>[A-Za-z0-9][\w.-]{0,62}) "
-    r"[^\s\[\]:]+(?:\[\d+\])?: "
+    r"[A-Za-z_][^\s\[\]:]*\[\d+\]: "
 )
-SYSLOG_TAIL = re.compile(r"^(?P<host>[A-Za-z0-9][\w.-]{0,62}) [^\s\[\]:]+\[\d+\]: ")
+SYSLOG_TAIL = re.compile(r"^(?P<host>[A-Za-z0-9][\w.-]{0,62}) [A-Za-z_][^\s\[\]:]*\[\d+\]: ")
 MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 # kubectl logs --prefix: "[pod/trainer-worker-0/pytorch] msg"
@@ -466,7 +470,7 @@ _FILE_TOKENS = (
 _LINE_TOKENS = (
     r"\[[A-Za-z_][A-Za-z0-9_-]*[0-9]+(?:[|:][0-9]+)?\]: ?",  # [default0]: [rank3]: [trainer0|5]:
     r"\[(?:rank: |RANK )[0-9]+\] ",  # Lightning, "[RANK 4] "
-    r"\[[0-9]+,[0-9]+\]<std[a-z]+>: ?",  # mpirun
+    r"\[[0-9]+,(?:mpirank:)?[0-9]+(?:,[A-Za-z0-9][A-Za-z0-9_.-]*)?\]<std[a-z]+>: ?",  # mpirun
     # Ray, vLLM
     r"\((?:[A-Za-z_][A-Za-z0-9_.:-]*,? )?(?:(?:rank=|TP)[0-9]+ )?pid=[0-9]+"
     r"(?:, ip=[0-9A-Fa-f.:]+)?\) ?",
@@ -610,6 +614,7 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
         if m:
             if info.rank is None:
                 info.rank, info.cue = int(m.group("rank")), "mpirun [job,rank] prefix"
+            info.host = info.host or m.group("host")
             body = body[m.end() :]
             continue
         m = C10.match(body) or GLOG.match(body)
@@ -707,7 +712,8 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
     return info
 
 
-_VOUCHES = re.compile(r"(?:\[[A-Za-z_][\w-]*?\d+(?:[|:]\d+)?\]:|\[\d+,\d+\]<std|\[rank: \d+\] "
+_VOUCHES = re.compile(r"(?:\[[A-Za-z_][\w-]*?\d+(?:[|:]\d+)?\]:"
+                      r"|\[\d+,(?:mpirank:)?\d+(?:,[\w.-]+)?\]<std|\[rank: \d+\] "
                       r"|[^\s:\[\]]+:\d+:\d+ (?:\[\d+\] )?.*?NCCL (?:INFO|WARN))")
 _SRUN_ONLY = FilePrefix(srun=True)
 _PDSH_SRUN = FilePrefix(pdsh=True, srun=True)

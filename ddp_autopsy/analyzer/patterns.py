@@ -1942,9 +1942,12 @@ PATTERNS: tuple[Pattern, ...] = (
     # NCCL §3.7: "Cuda failure 700 'an illegal memory access was encountered'".
     _p(
         "cuda_failure",
-        ("Cuda failure ", "CUDA IPC handle", "CUDA error: ", "], thread: [", "THCudaCheck FAIL"),
-        # (nccl-tests' older CUDACHECK put its file:line first: "Cuda failure common.cu:891 '...'")
-        r"(?:Cuda failure (?:(?P<code>\d+) |[\w./-]+:\d+ )?'(?P<err>[^']*)'"
+        ("Cuda failure ", "Cuda error ", "CUDA IPC handle", "CUDA error: ", "], thread: [",
+         "THCudaCheck FAIL"),
+        # (nccl-tests' older CUDACHECK put its file:line first: "Cuda failure common.cu:891 '...'";
+        # vLLM's custom all-reduce's CUDACHECK: "Failed: Cuda error csrc/custom_all_reduce.cuh:143
+        # 'invalid resource handle'")
+        r"(?:Cuda (?:failure|error) (?:(?P<code>\d+) |[\w./-]+:\d+ )?'(?P<err>[^']*)'"
         # torch <= 1.10's THC check (THCGeneral.cpp __THCudaCheck): "THCudaCheck FAIL
         # file=.../Module.cpp line=59 error=101 : invalid device ordinal"
         r"|THCudaCheck FAIL file=\S+ line=\d+ error=(?P<code3>\d+) : (?P<err5>.+)"
@@ -2036,7 +2039,9 @@ EXCEPTION_LINE = re.compile(
     # (glued to prose in another script the user wrote before pasting it, or after its colon:
     # "报错如下FileNotFoundError: ...", "错误：ValueError: ..."; not after a space, where prose
     # names a metric: "验证集 MeanAbsoluteError: 0.12"; the names are ASCII, so each try is short)
-    r"^\s*(?:.*?[^\x00-\x7F](?:[：:]\s*)?)?"
+    # (after a word and a colon, a shell's or a tool's "ptuning/train.sh: ", when the type is a
+    # module path: "torch.distributed.elastic.multiprocessing.api.SignalException: ...")
+    r"^\s*(?:.*?[^\x00-\x7F](?:[：:]\s*)?|[\w./-]+:\s+(?=(?:[A-Za-z_]\w*\.){2}))?"
     r"(?P<type>(?:[A-Za-z_][A-Za-z0-9_]*\.)*(?:[A-Za-z_][A-Za-z0-9_]*"
     r"(?:Error|Exception|Interrupt|Exit|Failure)|Exception))"
     r"(?::\s?(?P<msg>.*))?$"

@@ -99,8 +99,9 @@ CONSEQUENCE = re.compile(
     r"|cannot be retrieved|while trying to connect to|failed to connect to any network address"
     # Ray's driver reporting that an actor's process is gone
     r"|ActorDiedError|The actor died unexpectedly"
-    # torch.multiprocessing's parent about a child (<= 1.x raised a bare Exception with it)
-    r"|process \d+ terminated with (?:signal|exit code)"
+    # torch.multiprocessing's parent about a child (<= 1.x raised a bare Exception with it),
+    # PyTorch's test runner about a test process ("test_c10d failed! Received signal: SIGIOT")
+    r"|process \d+ terminated with (?:signal|exit code)|failed! Received signal: SIG"
     # vLLM's front end when its engine process failed to start (v1/engine/utils.py)
     r"|See root cause above"
     # Horovod's every other rank after one failed (common/operations.cc SHUT_DOWN_ERROR)
