@@ -173,6 +173,48 @@ def test_one_console_in_each_envelope_gets_one_verdict(tmp_path: Path) -> None:
     assert ev.line == 4 and ev.text == f"2026-11-25T03:00:03.123456789Z [rank3]:{OOM}"
 
 
+def _hard_wrap(lines: list[str], width: int) -> str:
+    return "".join("".join(line[i:i + width] + "\n" for i in range(0, max(len(line), 1), width))
+                   for line in lines)
+
+
+def test_a_console_hard_wrapped_by_a_terminal_is_read_whole(tmp_path: Path) -> None:
+    """tmux capture-pane, a terminal's copy: every line cut at the pane's width, no prefix on
+    the rest of it. Read whole again, the verdict is the unwrapped console's."""
+    console = [f"[rank{r}]:" + WATCHDOG.replace("Rank 15", f"Rank {r}") for r in (1, 2, 3)]
+    console += ["[rank0]:Traceback (most recent call last):",
+                '[rank0]:  File "/workspace/train.py", line 88, in <module>',
+                "[rank0]:    loss.backward()", f"[rank0]:{OOM}"] * 2
+    console += [f" iteration {n:>8}/  500000 | consumed samples: {n * 2048:>12} | elapsed time "
+                f"per iteration (ms): {105160 + n * 7}.4 | learning rate: 4.475E-05 | lm loss: "
+                f"{2.1 - n / 100:.6E} |" for n in range(8)]
+    verdicts = {}
+    for width in (None, 80, 120):
+        text = "".join(f"{line}\n" for line in console) if width is None else \
+            _hard_wrap(console, width)
+        (tmp_path / f"w{width}.log").write_text(text)
+        assert E.wrap_width(text.encode()) == width
+        analysis = run(load([tmp_path / f"w{width}.log"]))
+        verdicts[width] = (analysis.verdict.cause, tuple(analysis.verdict.ranks))
+        if width:
+            assert any(f"hard-wrapped at {width}" in n.message for n in analysis.job.notes)
+    assert set(verdicts.values()) == {("out_of_memory", (0,))}, verdicts
+
+
+def test_lines_of_one_width_that_end_there_are_no_wrap() -> None:
+    # nccl-tests' table (right-aligned rows), one message repeated, rich's box, padded lines
+    rows = [f"{2 ** n:>12}{2 ** n // 4:>14}     float     sum      -1{n * 37.3:>9.1f}"
+            f"{n * 1.1:>7.2f}{n * 2.2:>7.2f}      0{n * 37.1:>9.1f}" for n in range(20)]
+    assert len({len(r) for r in rows}) == 1
+    assert E.wrap_width("\n".join(rows).encode()) is None
+    same = "BFD: DWARF error: section .debug_info is larger than its filesize! (0x93ef57 vs 0x5)"
+    assert E.wrap_width(("\n".join([same, "x"] * 12)).encode()) is None
+    box = ["│ " + f"line {n}".ljust(76) + " │" for n in range(20)]
+    assert E.wrap_width("\n".join(box).encode()) is None
+    padded = [f"[rank0]: message {n}".ljust(80) for n in range(20)]
+    assert E.wrap_width("\n".join(padded).encode()) is None
+
+
 def test_docker_compose_prefix_decided_per_file() -> None:
     lines = [f"trainer-{n}  | [rank{n}]:{WATCHDOG}" for n in (1, 2)] * 4
     prefix = detect_prefixes(lines)

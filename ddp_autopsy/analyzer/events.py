@@ -41,7 +41,7 @@ import queue
 import re
 import sys
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
@@ -491,10 +491,87 @@ def envelope_lines(block: bytes, field: str, time_field: str | None) -> bytes:
     return ("\n".join(lines.to_list()) + ("\n" if ends else "")).encode("utf-8")
 
 
+#: A terminal or a pane capture wraps every line longer than its width: the file's longest
+#: lines are then all exactly that wide, and many are. Read from the file's first MB.
+WRAP_SAMPLE = 1 << 20
+#: At least this many lines of the wrap width, and this share of the non-blank lines...
+WRAP_MIN_LINES, WRAP_MIN_SHARE = 8, 0.02
+#: ... and this many times as many as one character shorter (a natural end is no wall).
+WRAP_WALL = 4
+#: Most lines of the width go on on the next line (a share of them).
+WRAP_GOES_ON = 0.6
+#: A line wrapped over more physical lines than this is joined in parts.
+WRAP_MAX_JOINED = 16
+
+
+def wrap_width(first: bytes) -> int | None:
+    """The width a terminal hard-wrapped the file at, or None: the longest lines all end at
+    one column (at least 60) that far more lines reach than the column before it."""
+    text = first[:WRAP_SAMPLE].decode("utf-8", "replace")
+    lines = text.split("\n")[:-1] if len(first) > WRAP_SAMPLE else text.split("\n")
+    lengths = Counter(len(line.rstrip("\r")) for line in lines if line.strip())
+    if not lengths:
+        return None
+    width = max(lengths)
+    at = lengths[width]
+    if width < 60 or at < WRAP_MIN_LINES or at < WRAP_MIN_SHARE * sum(lengths.values()) \
+            or at < WRAP_WALL * max(1, lengths.get(width - 1, 0)):
+        return None
+    # (and most of them go on on the next line: not a template's lines of one length, nor
+    # lines a paste cut at one column, each followed by a line of its own)
+    walls = [(line, lines[i + 1]) for i, line in enumerate(lines[:-1])
+             if len(line.rstrip("\r")) == width]
+    if len({line for line, _ in walls}) < WRAP_MIN_LINES:
+        return None  # one line repeated
+    goes_on = sum(1 for line, after in walls if _goes_on(line, after))
+    return width if goes_on >= WRAP_GOES_ON * len(walls) else None
+
+
+def _goes_on(line: str, after: str) -> bool:
+    """Whether ``after`` is the rest of ``line``, which a terminal wrapped: not a box's or a
+    padded line (they end at the width on their own), not a line of its own after it, nor a
+    table's next row or an indented line."""
+    line = line.rstrip("\r")
+    return bool(after.strip()) and not line[-1:].isspace() and not after.startswith("  ") \
+        and not _boxed(line) and not _starts_own(after)
+
+
+def unwrapped_lines(block: bytes, width: int) -> bytes:
+    """Each line exactly ``width`` wide joined with the lines it goes on on (at most
+    WRAP_MAX_JOINED in all), the joined ones left blank: one line for one line, the numbers stay
+    the file's. A next line with a prefix of its own (a stamp, a launcher's) starts a line."""
+    lines = block.decode("utf-8", "replace").split("\n")
+    i = 0
+    while i < len(lines) - 1:
+        n = 1
+        while n < WRAP_MAX_JOINED and i + n < len(lines) and len(lines[i + n - 1].rstrip("\r")) == \
+                width and _goes_on(lines[i + n - 1], lines[i + n]):
+            n += 1
+        if n > 1:
+            lines[i] = "".join(line.rstrip("\r") for line in lines[i:i + n])
+            lines[i + 1:i + n] = [""] * (n - 1)
+        i += n
+    return "\n".join(lines).encode("utf-8")
+
+
+def _boxed(text: str) -> bool:
+    """A line of a box drawn to a width (rich's tracebacks and tables): it ends there."""
+    text = text.strip()
+    return bool(text) and ("\u2500" <= text[0] <= "\u257f" or "\u2500" <= text[-1] <= "\u257f")
+
+
+def _starts_own(text: str) -> bool:
+    """Whether ``text`` starts a line of its own (a prefix, a stamp, a level, an NCCL line, a
+    traceback's)."""
+    info = parse_line(text, 2000)
+    return info.body != text or info.ts is not None or info.level is not None \
+        or info.pid is not None or bool(FRAME_LINE.match(text)) or text.startswith("Traceback")
+
+
 def iter_blocks(fh: IO[bytes], display: str, notes: list[InputNote]) -> Iterator[bytes]:
     """UTF-8 bytes in blocks that end at a line end (the last one may not): NUL bytes dropped,
     UTF-16 re-encoded, over-long lines cut, binary files refused, log exports' JSON lines
-    unwrapped, each with a note."""
+    unwrapped, a terminal's hard wrap joined, each with a note."""
     first = fh.read(BLOCK_BYTES)
     envelope = json_envelope(first)
     if envelope is not None:
@@ -504,6 +581,14 @@ def iter_blocks(fh: IO[bytes], display: str, notes: list[InputNote]) -> Iterator
                                "info"))
         for block in _blocks(first, fh, display, notes):
             yield envelope_lines(block, field, time_field)
+        return
+    width = wrap_width(first)
+    if width is not None:
+        notes.append(InputNote(display, f"hard-wrapped at {width} columns (a terminal's or a "
+                                        f"pane capture's): each line {width} characters wide "
+                                        "read together with the lines it goes on on", "info"))
+        for block in _blocks(first, fh, display, notes):
+            yield unwrapped_lines(block, width)
         return
     yield from _blocks(first, fh, display, notes)
 

@@ -435,10 +435,14 @@ class CollectiveMismatch(Rule):
         by_seq: dict[int, dict[int, str]] = defaultdict(dict)
         rows_by_seq: dict[int, list] = defaultdict(list)
         for seq, timed in timeouts_by_seq(job).items():
+            sized = {r["data"]["op"] for _, r in timed
+                     if r["data"].get("op") and r["data"].get("nin") is not None}
             for rank, r in timed:
                 d = r["data"]
                 if not d.get("op"):
                     continue  # (a line cut before its op: says nothing of which call)
+                if d.get("nin") is None and d["op"] in sized:
+                    continue  # (cut before its size: any of the op's sizes the others ran)
                 # (the same op with another size is another call too: a 1-element metric
                 # against a gradient bucket)
                 by_seq[seq][rank] = d["op"] + (f" of {d['nin']} elements"
