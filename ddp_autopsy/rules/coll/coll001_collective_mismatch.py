@@ -146,6 +146,7 @@ class CollectiveMismatch(Rule):
         yield from self._zero3_traces(job)
         yield from self._shape_check(job)
         yield from self._shape_prints(job)
+        yield from self._group_keys(job)
         differ = list(self._different_roots(job))
         yield from differ or self._one_host_stall(job)
         yield from self._others_finished(job)
@@ -365,6 +366,39 @@ class CollectiveMismatch(Rule):
                 ts=first_ts(rows), details={"shapes": {str(k): v for k, v in sorted(
                     fixed.items())}})
             return
+
+    def _group_keys(self, job: Job) -> Iterator[Finding]:
+        """The ranks timed out in the store waiting for the peers' addresses of different
+        process groups: "wait timeout after 10000ms, keys: /default_pg/0//2//cpu//0/0" on ranks
+        1, 2 (group "2") against ".../0//1//cpu//0/2" on rank 0 (group "1"). Groups are named
+        by a count every rank keeps (``new_group``'s order): the ranks disagree on how many they
+        created, as when some skipped a ``new_group``. Named: the minority, or on a tie the ranks
+        of the lower count (the ones behind)."""
+        group_of: dict[int, str] = {}
+        rows: list[dict] = []
+        for r in job.rows("store_wait_timeout"):
+            parts = str(r["data"].get("keys") or "").split(",")[0].strip().split("//")
+            if r["rank"] is None or len(parts) < 4 or not parts[1]:
+                continue  # (the default group's keys name no group: "/default_pg/0//cuda//0")
+            group_of.setdefault(r["rank"], parts[1])
+            rows.append(r)
+        if len(set(group_of.values())) < 2:
+            return
+        culprits, majority = _minority(group_of)
+        if not majority:
+            low = min(group_of.values(), key=lambda g: (not g.isdigit(), int(g) if g.isdigit()
+                                                        else 0, g))
+            culprits = sorted(r for r, g in group_of.items() if g == low)
+        said = "; ".join(f"{rank_phrase(sorted(r for r, g in group_of.items() if g == name))} "
+                         f"in group {name!r}" for name in sorted(set(group_of.values())))
+        yield self.finding(
+            f"The ranks timed out creating different process groups ({said}): groups are "
+            "numbered in the order every rank creates them, so the ranks did not call the same "
+            f"`new_group`s; {rank_phrase(culprits)} skipped one, or called one the others did "
+            "not (a `new_group` under an `if`).",
+            evidence=[evidence_of(r) for r in _prefer(rows, culprits)[:3]], ranks=culprits,
+            confidence=0.8, ts=first_ts(rows), details={"groups": {
+                str(k): v for k, v in sorted(group_of.items())}})
 
     def _nccl_check(self, job: Job) -> Iterator[Finding]:
         """NCCL's own check: "... collective mismatch around rank N" (a rank that called a

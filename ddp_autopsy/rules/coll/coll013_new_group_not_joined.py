@@ -9,6 +9,11 @@ for rank: 2, key: store_based_barrier_key:2 (world_size=8, worker_count=7, timeo
 Every rank passed the default group's barrier already, so the missing ones are alive but
 somewhere else.
 
+torch 2.x creates a new group's Gloo pairs by publishing each rank's address in the store: the
+group's ranks that timed out reading a peer's address in that group ("DistStoreError: wait timeout
+after 1800000ms, keys: /default_pg/0//2//cpu//0/0": group "2", rank 0's address), while that
+peer timed out in no group and did not crash, name the rank that had not reached the call.
+
 ## Why it hangs or kills the job
 `new_group` is collective: every rank of the job must call it, in the same order, even ranks
 that will not be members. A rank that skips it (a `new_group` under `if rank == ...`), calls it
@@ -38,7 +43,7 @@ from collections.abc import Iterator
 
 from ddp_autopsy.analyzer.job import Job
 from ddp_autopsy.rules.base import Finding, Rule, rank_phrase
-from ddp_autopsy.rules.rdzv.rdzv004_missing_ranks import barrier_key
+from ddp_autopsy.rules.rdzv.rdzv004_missing_ranks import RANK_KEY, barrier_key, later_group
 
 
 class NewGroupNotJoined(Rule):
@@ -47,6 +52,40 @@ class NewGroupNotJoined(Rule):
     cause = "rank_stuck_outside_collective"
 
     def check(self, job: Job) -> Iterator[Finding]:
+        yield from self._barrier(job)
+        yield from self._address_keys(job)
+
+    def _address_keys(self, job: Job) -> Iterator[Finding]:
+        """torch 2.x: the ranks of a new group timed out in the store waiting for a peer's
+        address in that group ("keys: /default_pg/0//2//cpu//0/0": group 2, rank 0's), and that
+        rank timed out in no group of its own and did not crash: it had not reached the
+        `new_group` call. (Ranks in different groups are COLL001's.)"""
+        awaited: dict[str, set[int]] = {}
+        rows: list[dict] = []
+        groups: dict[int, str] = {}
+        for r in job.rows("store_wait_timeout"):
+            keys = str(r["data"].get("keys") or "")
+            m = RANK_KEY.search(keys)
+            if r["rank"] is None or m is None or not later_group(keys):
+                continue
+            group = keys.split(",")[0].strip().split("//")[1]
+            groups.setdefault(r["rank"], group)
+            awaited.setdefault(group, set()).add(int(m.group(1)))
+            rows.append(r)
+        if len(set(groups.values())) != 1:
+            return
+        group = next(iter(groups.values()))
+        missing = awaited[group] - set(groups) - set(job.crashes.ranks)
+        if not missing:
+            return
+        yield self.from_rows(
+            rows, f"{rank_phrase(missing).capitalize()} never reached the `new_group` call that "
+            f"{rank_phrase(sorted(groups))} timed out in: their store reads waited for "
+            f"{'its' if len(missing) == 1 else 'their'} address in group {group!r} "
+            f"({rows[0]['data'].get('keys')}).", shown=2, ranks=missing, confidence=0.7,
+            details={"group": group, "waiting_ranks": sorted(groups)})
+
+    def _barrier(self, job: Job) -> Iterator[Finding]:
         done = {r["data"].get("key") for r in job.rows("store_barrier_done")}
         # (the barrier's progress lines, or its timeout: "Timed out initializing process group
         # in store based barrier on rank: 7, for key: store_based_barrier_key:32 (...)")

@@ -95,8 +95,11 @@ class MissingRanks(Rule):
         # A store read that waited for a rank which had joined and was busy is COLL014's.
         busy = busy_waits(job)[0]
         # (a read that lost its connection says the store's host went away: CRASH001's)
+        # (nor a read of a group created after the default one, "keys: /default_pg/0//2//cpu//
+        # 0/0": every rank had joined the job; COLL001 reads the groups they disagree on)
         waits = [r for r in job.rows("store_wait_timeout") if r not in busy
-                 and not LOST_STORE.search(r["data"].get("err") or "")]
+                 and not LOST_STORE.search(r["data"].get("err") or "")
+                 and not later_group(str(r["data"].get("keys") or ""))]
         # A store read of a rank's own key ("keys: /default_pg/0//cpu//0/3": the address Gloo's
         # connectFullMesh waits for, per peer rank) names the rank that never published it; a
         # rank beyond every one seen is a world size that differs (ENV002's).
@@ -145,6 +148,13 @@ class MissingRanks(Rule):
 
 #: The trailing rank of a per-rank store key ("/default_pg/0//cpu//0/3", "/pg/1//cuda//0/7").
 RANK_KEY = re.compile(r"/\d+//(?:cpu|cuda|\w+)//\d+/(\d+)\.?$")
+
+
+def later_group(keys: str) -> bool:
+    """Whether a store key is a process group's created after the default one (its name
+    between the default store's prefix and the device: "/default_pg/0//2//cpu//0/0")."""
+    parts = keys.split(",")[0].strip().split("//")
+    return len(parts) >= 4 and bool(parts[1])
 
 
 def barrier_key(row: dict[str, Any]) -> int | None:
