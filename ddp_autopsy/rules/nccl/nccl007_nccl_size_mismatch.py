@@ -6,7 +6,10 @@ NCCL's "NET/Socket : peer 10.0.0.2<4125> message truncated : receiving 1048576 b
 the bootstrap's "Message truncated : received N bytes instead of M" of communicator set-up.
 Gloo's counterpart: "op.preamble.length <= op.nbytes. 8 vs 4. Received data size doesn't match
 expected size. Is there a distributed collective mismatch in your code?" (the receiving process
-aborts with SIGABRT).
+aborts with SIGABRT). With three ranks or more and one alone aborting (its own line's prefix, or
+its launcher's SIGABRT), that rank is named, at a lower confidence: more arrived than its buffer
+holds, so its buffer was the smaller one (not in an all_to_all, where a rank sending one peer
+too much makes that peer abort).
 
 ## Why it hangs or kills the job
 A truncated message means two ranks ran the same collective with different sizes (a tensor
@@ -75,7 +78,27 @@ class NcclSizeMismatch(Rule):
         d = rows[0]["data"]
         sizes = (f" ({d['got']} bytes arrived where {d['want']} were expected)"
                  if "got" in d and "want" in d else "")
-        receivers = ranks_of(rows)
+        receivers = ranks_of(rows) or _aborted(job)
+        seen = set(job.events["rank"].drop_nulls().to_list()) if job.events.height else set()
+        world = job.world_size or (max(seen) + 1 if seen else 0)
+        # (not all_to_all: there a rank sending one peer too much makes only that peer abort)
+        alltoall = job.of_kind("exception")["data"].str.contains(
+            "all_to_all|alltoall", literal=False).any() if job.has("events") else False
+        if len(receivers) == 1 and world >= 3 and not alltoall:
+            # A receiver aborts when more arrives than its own buffer holds: the one rank of
+            # three or more that did had the smaller buffer, the likelier odd one.
+            (odd,) = receivers
+            yield self.finding(
+                f"Gloo received a message of the wrong size{sizes} on rank {odd} alone, which "
+                "aborted: the ranks ran a collective with different sizes or dtypes (or one "
+                f"skipped a collective, so the next ones paired wrongly). Of {world} ranks only "
+                f"rank {odd} received more than its buffer holds, so its buffer was the "
+                "smaller one: the likelier odd one (had one rank's been larger, the ranks "
+                "receiving from it would have aborted instead).",
+                evidence=[evidence_of(r) for r in rows[:2]], ranks=[odd],
+                hosts=[r["host"] for r in rows], confidence=0.7, ts=first_ts(rows),
+                details={"receivers": [odd], "got": d.get("got"), "want": d.get("want")})
+            return
         yield self.finding(
             f"Gloo received a message of the wrong size{sizes}: the ranks ran a collective with "
             "different sizes or dtypes (or one rank skipped a collective, so the next ones "
@@ -84,3 +107,18 @@ class NcclSizeMismatch(Rule):
             evidence=[evidence_of(r) for r in rows[:2]], ranks=[], hosts=[r["host"] for r in rows],
             confidence=0.8, ts=first_ts(rows),
             details={"receivers": sorted(receivers), "got": d.get("got"), "want": d.get("want")})
+
+
+def _aborted(job: Job) -> set[int]:
+    """Ranks their launcher saw end by SIGABRT (torchelastic's exit code -6, mp.spawn's
+    "terminated with signal SIGABRT"): where Gloo's abort line has no rank prefix."""
+    ranks: set[int] = set()
+    for r in job.rows("elastic_failure", "worker_failed", "spawn_failed"):
+        d = r["data"]
+        if d.get("exitcode") == -6 or "SIGABRT" in str(d.get("signal") or r["text"]):
+            rank = d.get("rank", d.get("index", r["rank"]))
+            if isinstance(rank, str) and rank.isdigit():
+                rank = int(rank)  # (mp.spawn's process index: the rank it passed)
+            if isinstance(rank, int):
+                ranks.add(rank)
+    return ranks
