@@ -68,3 +68,12 @@ def test_a_full_shm_is_not_read_as_segments_removed_under_the_job() -> None:
 def test_a_time_limit_names_only_ranks_whose_last_line_came_first() -> None:
     v = verdict("COLL012-behind-at-time-limit")
     assert v.ranks == [3] and "running step 1/10`, and rank 3's did not" in v.summary
+
+
+def test_a_resource_limit_signal_says_which_limit() -> None:
+    assert "CPU-time limit (`ulimit -t`" in verdict("CRASH001-cpu-time-limit-signal").summary
+
+
+def test_a_rank_of_three_that_alone_aborts_on_gloo_size_check_is_named_with_the_reason() -> None:
+    v = verdict("NCCL007-gloo-one-of-three-aborts")
+    assert v.ranks == [1] and "its buffer was the smaller one" in v.summary

@@ -358,6 +358,8 @@ class RankCrashed(Rule):
             summary += f", {sig})" if sig else ")"
             if sig == "SIGKILL":
                 summary += ": killed with no traceback, which suggests the host's OOM killer"
+            elif sig in RESOURCE_LIMITS:
+                summary += f": {RESOURCE_LIMITS[sig]}"
             elif d.get("traceback") and not d["traceback"].startswith("To enable traceback"):
                 summary += f": {d['traceback'][:160]}"
             # The rank's own error only reported another failure (a dead peer, a mismatch...):
@@ -671,6 +673,14 @@ NATIVE_SIGNALS = {
     "SIGABRT": "an abort in native code (a C++ exception or a failed assertion)",
     "SIGILL": "an instruction this CPU lacks (a build for another machine)",
     "SIGFPE": "an arithmetic fault in native code",
+}
+
+
+#: Signals the kernel sends a process over one of its resource limits (setrlimit).
+RESOURCE_LIMITS = {
+    "SIGXCPU": "the process went over its CPU-time limit (`ulimit -t`, RLIMIT_CPU: a shell's, "
+               "a container's or a scheduler's limit on CPU seconds)",
+    "SIGXFSZ": "the process wrote past its file-size limit (`ulimit -f`, RLIMIT_FSIZE)",
 }
 
 
