@@ -42,6 +42,20 @@ def test_specific_cause_demotes_the_crash_it_explains(tmp_path: Path) -> None:
     assert crash.role == "symptom" and crash.explained_by == analysis.verdict.id
 
 
+def test_a_rank_whose_set_up_failed_is_the_rank_that_never_joined(tmp_path: Path) -> None:
+    # blind job nccl_on_cpu_node_rank2: its backend error, the others' reads of its address
+    (tmp_path / "r.log").write_text(
+        "[rank2]: RuntimeError: Distributed package doesn't have NCCL built in\n"
+        "[rank0]: torch.distributed.DistStoreError: wait timeout after 10000ms, keys: "
+        "/default_pg/0//cpu//0/2\n"
+        "[rank1]: torch.distributed.DistStoreError: wait timeout after 10000ms, keys: "
+        "/default_pg/0//cpu//0/2\n")
+    analysis = run(load([tmp_path]))
+    assert (analysis.verdict.cause, analysis.verdict.ranks) == ("backend_device_mismatch", [2])
+    missing = next(f for f in analysis.findings if f.cause == "missing_ranks")
+    assert missing.role == "symptom" and missing.explained_by == analysis.verdict.id
+
+
 def test_healthy_log_has_no_verdict_and_rules_are_ruled_out(tmp_path: Path) -> None:
     (tmp_path / "train.log").write_text("step 0 loss 1.0\nstep 1 loss 0.5\n")
     analysis = run(load([tmp_path]))

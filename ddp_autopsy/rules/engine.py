@@ -164,6 +164,9 @@ EXPLAINS = {
     "job_terminated": {"network_error_runtime", "nccl_connection_failure", "missing_ranks"},
 }
 _TS_MAX = datetime.max
+#: Failures of a rank's own set-up, before it joins the others.
+SETUP_FAILURES = frozenset({"backend_device_mismatch", "version_mismatch", "config_mismatch",
+                            "duplicate_gpu", "no_socket_interface"})
 
 
 def _explains(a: Finding, b: Finding) -> bool:
@@ -202,6 +205,10 @@ def _explains(a: Finding, b: Finding) -> bool:
         return not ra or not rb or bool(ra & rb)
     if b.cause == "missing_ranks" and a.cause == "rank_crashed":
         return bool(ra) and (not rb or ra <= rb)
+    if b.cause == "missing_ranks" and a.cause in SETUP_FAILURES:
+        # A rank whose set-up failed (a backend its build lacks, a version it cannot run) is
+        # the rank that never joined: that failure is why.
+        return bool(ra) and bool(rb) and rb <= ra
     if b.cause == "rank_crashed" and a.cause == "missing_ranks":
         return bool(ra) and not (ra & rb)
     if a.cause == "uneven_inputs" and b.cause == "rank_stuck_outside_collective":
