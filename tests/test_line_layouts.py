@@ -427,6 +427,21 @@ def test_unprefixed_lines_that_open_with_their_rank_are_each_ranks_last(tmp_path
                    (2, "rank=2 step=2 sum=12.0"), (None, "all done")]
 
 
+def test_lines_that_open_with_their_rank_after_a_stamp_are_each_ranks_last(
+        tmp_path: Path) -> None:
+    # the same console through Python logging's "%(asctime)s %(levelname)s %(message)s", and
+    # through moreutils' ts
+    lines = ["rank=0 step=2 sum=12.0", "rank 1: uploading shard step2-rank1.pt",
+             "rank=2 step=2 sum=12.0", "all done"]
+    for name, stamp in (("logging", "2026-11-25 03:00:01,123 INFO "), ("ts", "Nov 25 03:00:01 "),
+                        ("ts-s", "00:00:07 ")):
+        (tmp_path / f"{name}.log").write_text("".join(f"{stamp}{line}\n" for line in lines))
+        df = resolve(load([tmp_path / f"{name}.log"]).events).filter(pl.col("kind") == "last_line")
+        got = sorted((r["rank"] for r in df.iter_rows(named=True)),
+                     key=lambda x: (x is None, x))
+        assert got == [0, 1, 2, None], name
+
+
 def test_a_writer_that_went_quiet_blocks_ago(monkeypatch) -> None:
     """Its last line is found though later blocks never name it (and blocks are pooled)."""
     monkeypatch.setattr(E, "BLOCK_BYTES", 1 << 12)

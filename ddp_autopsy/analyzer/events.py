@@ -1095,7 +1095,8 @@ def _sift_quick(block: bytes) -> _Sifted | None:
     if tails is None:
         return None
     if any(end - len(_SELF_OPENERS[id_ - _OPENER_ID]) >= size - _SELF_BYTES
-           for end, id_ in other) or block[:4].lower() in (b"rank", b"glob"):
+           for end, id_ in other) or block[:4].lower() in (b"rank", b"glob") \
+            or any(block.find(o, max(0, size - _SELF_BYTES)) >= 0 for o in _SELF_STAMPED):
         tails += _self_named_bytes(block, total)  # names_ranks(block)
     return _Sifted(None, None, NO_PREFIX, False, False, tails, found=found, rows=rows,
                    lines=total, after=after)
@@ -1209,9 +1210,11 @@ def _self_named_bytes(block: bytes, total: int) -> list[tuple[int, str, str]]:
     for n, (i, start, end) in enumerate(_line_ends(block, total)):
         if n >= SELF_LOOKBACK:
             break
-        if block[start:start + 2] in _SELF_PAIRS_BYTES:
-            text = block[start:end].decode()
-            m = SELF_RANK.match(text)
+        head = block[start:start + 2]
+        if head in _SELF_PAIRS_BYTES or head[:1].isdigit() or head[:1] == b"[" \
+                or head[:1].isupper():
+            text = block[start:end].decode(errors="replace")
+            m = self_rank(text)
             if m is not None and m.group(1) not in last:  # (from the end: the first is the last)
                 last[m.group(1)] = (i, text)
     return [(i, text, f"rank {k}") for k, (i, text) in
@@ -1305,10 +1308,12 @@ _SELF_BYTES = 64 << 10
 
 
 def names_ranks(data: bytes) -> bool:
-    """Whether the end of ``data`` may hold a line that opens with its rank."""
+    """Whether the end of ``data`` may hold a line that opens with its rank (after a stamp,
+    perhaps)."""
     start = max(0, len(data) - _SELF_BYTES)
     return any(data.find(o, start) >= 0 for o in _SELF_OPENERS) \
-        or data[:4].lower() in (b"rank", b"glob")
+        or data[:4].lower() in (b"rank", b"glob") \
+        or any(data.find(o, start) >= 0 for o in _SELF_STAMPED)
 
 
 def _self_named(frame: pl.DataFrame, base: int) -> list[tuple[int, str, str]]:
@@ -2124,16 +2129,35 @@ def _own_line(text: str, ctx: FileContext, state: _State) -> bool:
 # (not "[rank3]:", torch's own prefix, nor "[Rank 3]", which the line reader reads already)
 SELF_RANK_SOURCE = r"(?i)^(?:global[_ ])?rank[ =:]?(\d+)(?:[:,|]| (?:[^ih]|i[^s]|h[^a]))"
 SELF_RANK = re.compile(SELF_RANK_SOURCE)
-#: Every line SELF_RANK matches starts so ("global", "rank", any case).
+#: Every line SELF_RANK matches starts so ("global", "rank", any case)...
 _SELF_PAIRS = ("gl", "gL", "Gl", "GL", "ra", "rA", "Ra", "RA")
+#: ... or after a stamp and a logger's level ("2026-11-25 03:00:01,123 INFO rank 1: ...",
+#: moreutils ts' "00:01:17 " or "Nov 25 01:17:16 "): stripped first.
+SELF_LEAD = (r"^(?:\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?"
+             r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?\]?[ \t]+|(?:[A-Z][a-z]{2} {1,2}[0-9]{1,2} )?"
+             r"[0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)? )(?:\[?(?:DEBUG|INFO|WARNING|WARN|ERROR"
+             r"|CRITICAL)\]?(?: *[-|:] +| +))?")
+SELF_LEAD_RE = re.compile(SELF_LEAD)
+#: A line whose first characters may be such a stamp.
+_STAMP_START = r"^(?:\[?[0-9]{2}|[A-Z][a-z]{2} )"
+_SELF_STAMPED = (b" rank", b" Rank", b" RANK", b" global")
 
 
 @functools.cache
 def _self_exprs() -> tuple[pl.Expr, pl.Expr]:
     """The rank SELF_RANK reads as column ``key``; whether a line can start it."""
-    return (pl.col("text").str.extract(SELF_RANK_SOURCE, 1).alias("key"),
-            pl.col("text").str.slice(0, 2).is_in(list(_SELF_PAIRS)))
+    text = pl.col("text")
+    body = pl.when(text.str.contains(_STAMP_START)).then(text.str.replace(SELF_LEAD, "")) \
+        .otherwise(text)
+    return (body.str.extract(SELF_RANK_SOURCE, 1).alias("key"),
+            text.str.slice(0, 2).is_in(list(_SELF_PAIRS)) | text.str.contains(_STAMP_START))
 _SELF_PAIRS_BYTES = frozenset(p.encode() for p in _SELF_PAIRS)
+
+
+def self_rank(text: str) -> re.Match[str] | None:
+    """SELF_RANK on ``text`` after a stamp and a level it may open with."""
+    return SELF_RANK.match(SELF_LEAD_RE.sub("", text, 1) if text[:1].isdigit() or
+                           text[:1] == "[" or text[:1].isupper() else text)
 
 
 def _note_last(state: _State, line: int, text: str, info: LineInfo) -> None:

@@ -164,7 +164,7 @@ RAY = re.compile(
 # pid=10872) [rank5]:...", moreutils' `ts -s` / `ts -i` elapsed time ("00:01:17 msg"), its
 # default "Nov 25 01:17:16 msg" (no date or no year: stripped, not used as a stamp)
 TIME_OF_DAY = re.compile(r"^(?:(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}\d{1,2} )?"
-                         r"\d\d:\d\d:\d\d(?:[.,]\d{1,9})? (?=\S)")
+                         r"\d\d:\d\d:\d\d(?:[.,]\d{1,9})? (?=.)")
 # SGLang's logger: "[2025-08-28 21:19:34 DP1 TP3] msg" (the stamp is read first, then its
 # parallel ranks, which are ranks within their groups, not global ones), and with the process:
 # "2025-08-28 21:19:34 ERROR 125765 [ DP10 TP10 EP10 scheduler.py:2655] msg".
