@@ -253,6 +253,21 @@ def test_a_time_of_day_before_ray_and_rank_prefixes() -> None:
     assert (info.host, info.body) == (None, "INFO root: step 5")
 
 
+def test_determined_trial_log_prefix() -> None:
+    # a Determined trial's log as its CLI and web UI give it (stamp, container id, rank)
+    info = parse_line(f"[2024-03-15T16:29:06.552162Z] 5c902731 [rank=3] || [rank3]:{OOM}", 2024)
+    assert (info.rank, info.body) == (3, OOM)
+    agent = parse_line("[2024-03-15T16:29:04.032670Z] 5c902731 || 2024-03-15 16:29:04,032: "
+                       "DEBUG: gpu_idle_timeout", 2024)
+    assert agent.rank is None and agent.body.startswith("2024-03-15 16:29:04,032: DEBUG")
+
+
+def test_loki_logcli_label_set_after_the_stamp() -> None:
+    info = parse_line('2026-11-25T01:20:03Z {container="pytorch", pod="ddp-job-worker-1"} '
+                      f"[rank3]:{OOM}", 2026)
+    assert (info.rank, info.body) == (3, OOM)
+
+
 def test_sagemaker_mpirun_tag() -> None:
     info = parse_line(f"[1,mpirank:3,algo-2]<stderr>:{OOM}", 2025)
     assert (info.rank, info.host, info.body) == (3, "algo-2", OOM)

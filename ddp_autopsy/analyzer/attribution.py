@@ -45,7 +45,7 @@ WRITER_CUES = (
     "torch [rankN]: prefix", "launcher prefix rank", "mpirun [job,rank] prefix",
     "message [Rank N]", "Lightning [rank: N] prefix", "Lightning GLOBAL_RANK line",
     "[RANK N] prefix", "worker prefix rank=N", "file name", "bundle manifest",
-    "(rank/world) logger prefix", "the line opens with its rank",
+    "(rank/world) logger prefix", "Determined [rank=N] prefix", "the line opens with its rank",
 )
 SELF_RANK_CUE = WRITER_CUES[-1]
 #: An srun --label task id in an event's stream ("t=22", lines.parse_line's).

@@ -186,9 +186,15 @@ SYSLOG = re.compile(
     r"(?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))? (?P<host>[A-Za-z0-9][\w.-]{0,62}) "
     r"[A-Za-z_][^\s\[\]:]*\[\d+\]: "
 )
+# Grafana Loki's logcli, its default output: the stamp, the stream's label set, the line:
+# '2026-11-25T03:00:01Z {job="train", pod="trainer-0"} msg'
+LOKI_LABELS = re.compile(r'^\{(?:[A-Za-z_][\w.]*="(?:[^"\\]|\\.)*"(?:, ?)?)+\} ')
 SYSLOG_TAIL = re.compile(r"^(?P<host>[A-Za-z0-9][\w.-]{0,62}) [A-Za-z_][^\s\[\]:]*\[\d+\]: ")
 MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+# Determined's trial logs: "[2024-03-15T16:29:06.552162Z] 5c902731 [rank=0] || msg" (the stamp,
+# the container's id, the rank when the line is a worker's), or "[rank=1] || msg" alone
+DETERMINED = re.compile(r"^(?:[0-9a-f]{8} )?(?:\[rank=(?P<rank>\d+)\] )?\|\| ?")
 # kubectl logs --prefix: "[pod/trainer-worker-0/pytorch] msg"
 KUBECTL = re.compile(r"^\[pod/(?P<pod>[^/\]\s]+)(?:/(?P<container>[^\]\s]+))?\] ?")
 # Python logging's level after a stamp: "2024-05-01 12:00:01,123 - INFO - msg", "... INFO     msg"
@@ -475,6 +481,7 @@ _LINE_TOKENS = (
     r"\((?:[A-Za-z_][A-Za-z0-9_.:-]*,? )?(?:(?:rank=|TP)[0-9]+ )?pid=[0-9]+"
     r"(?:, ip=[0-9A-Fa-f.:]+)?\) ?",
     r"\[pod/[^\] ]+\] ?",  # kubectl
+    r"(?:[0-9a-f]{8} )?\[rank=[0-9]+\] \|\| ?",  # Determined
 )
 _STAMP = (r"\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?"
           r"(?:Z|[+-][0-9]{2}:?[0-9]{2})?\]? +(?:[-|] +)?")
@@ -579,6 +586,10 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
             body = body[m.end() :]
             stamped = False
             continue
+        if stamped and body[:1] == "{" and (m := LOKI_LABELS.match(body)):
+            body = body[m.end() :]
+            stamped = False
+            continue
         if stamped and "]: " in body[:100] and (m := SYSLOG_TAIL.match(body)):
             info.host = info.host or m.group("host")
             body = body[m.end() :]
@@ -678,6 +689,12 @@ def parse_line(text: str, ref: Reference | int, prefix: FilePrefix = NO_PREFIX) 
             info.pid = int(m.group("pid"))
             info.host = info.host or m.group("ip")
             parts.append(f"w={m.group('pid')}" + (f"@{m.group('ip')}" if m.group("ip") else ""))
+            body = body[m.end() :]
+            continue
+        m = DETERMINED.match(body) if "||" in body[:30] else None
+        if m:
+            if m.group("rank") is not None and info.rank is None:
+                info.rank, info.cue = int(m.group("rank")), "Determined [rank=N] prefix"
             body = body[m.end() :]
             continue
         m = KUBECTL.match(body)

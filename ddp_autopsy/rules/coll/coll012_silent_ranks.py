@@ -120,7 +120,10 @@ class SilentRanks(Rule):
             return
         if timed_out.height == 0:
             return
-        if _first_call_alone(job, events, timed_out, seen - waiting):
+        # (a rank whose lines are a traceback cut short failed there too: not elsewhere)
+        cut = set(events.filter(pl.col("kind") == "traceback_fragment")["rank"].drop_nulls()
+                  .to_list())
+        if _first_call_alone(job, events, timed_out, seen - waiting - cut):
             return
         world = job.world_size or (max(seen) + 1 if seen else None)
         if not world or world < 2:
