@@ -492,8 +492,9 @@ def envelope_lines(block: bytes, field: str, time_field: str | None) -> bytes:
 
 
 #: A terminal or a pane capture wraps every line longer than its width: the file's longest
-#: lines are then all exactly that wide, and many are. Read from the file's first MB.
-WRAP_SAMPLE = 1 << 20
+#: lines are then all exactly that wide, and many are. Read from the file's first 64 kB (a
+#: console wrapped by its terminal is so from its first screens; 1 MB cost 0.8 ms a file).
+WRAP_SAMPLE = 64 << 10
 #: At least this many lines of the wrap width, and this share of the non-blank lines...
 WRAP_MIN_LINES, WRAP_MIN_SHARE = 8, 0.02
 #: ... and this many times as many as one character shorter (a natural end is no wall).
@@ -507,7 +508,14 @@ WRAP_MAX_JOINED = 16
 def wrap_width(first: bytes) -> int | None:
     """The width a terminal hard-wrapped the file at, or None: the longest lines all end at
     one column (at least 60) that far more lines reach than the column before it."""
-    text = first[:WRAP_SAMPLE].decode("utf-8", "replace")
+    sample = first[:WRAP_SAMPLE]
+    if sample.isascii():  # (most logs: the widest lines and their count in C first)
+        widths = list(map(len, sample.replace(b"\r", b"").split(b"\n")))
+        if len(first) > WRAP_SAMPLE:
+            widths.pop()
+        if not widths or max(widths) < 60 or widths.count(max(widths)) < WRAP_MIN_LINES:
+            return None
+    text = sample.decode("utf-8", "replace")
     lines = text.split("\n")[:-1] if len(first) > WRAP_SAMPLE else text.split("\n")
     lengths = Counter(len(line.rstrip("\r")) for line in lines if line.strip())
     if not lengths:
@@ -1096,7 +1104,7 @@ def _sift_quick(block: bytes) -> _Sifted | None:
         return None
     if any(end - len(_SELF_OPENERS[id_ - _OPENER_ID]) >= size - _SELF_BYTES
            for end, id_ in other) or block[:4].lower() in (b"rank", b"glob") \
-            or any(block.find(o, max(0, size - _SELF_BYTES)) >= 0 for o in _SELF_STAMPED):
+            or _stamped_self(block, max(0, size - _SELF_BYTES)):
         tails += _self_named_bytes(block, total)  # names_ranks(block)
     return _Sifted(None, None, NO_PREFIX, False, False, tails, found=found, rows=rows,
                    lines=total, after=after)
@@ -1312,8 +1320,7 @@ def names_ranks(data: bytes) -> bool:
     perhaps)."""
     start = max(0, len(data) - _SELF_BYTES)
     return any(data.find(o, start) >= 0 for o in _SELF_OPENERS) \
-        or data[:4].lower() in (b"rank", b"glob") \
-        or any(data.find(o, start) >= 0 for o in _SELF_STAMPED)
+        or data[:4].lower() in (b"rank", b"glob") or _stamped_self(data, start)
 
 
 def _self_named(frame: pl.DataFrame, base: int) -> list[tuple[int, str, str]]:
@@ -2141,6 +2148,14 @@ SELF_LEAD_RE = re.compile(SELF_LEAD)
 #: A line whose first characters may be such a stamp.
 _STAMP_START = r"^(?:\[?[0-9]{2}|[A-Z][a-z]{2} )"
 _SELF_STAMPED = (b" rank", b" Rank", b" RANK", b" global")
+
+
+def _stamped_self(data: bytes, start: int) -> bool:
+    """Whether ``data``, stamped (its first line opens like a stamp), may hold a line that
+    opens with its rank after its stamp, from ``start`` on."""
+    first = data[:1]
+    return (first.isdigit() or first == b"[" or first.isupper()) \
+        and any(data.find(o, start) >= 0 for o in _SELF_STAMPED)
 
 
 @functools.cache
