@@ -213,6 +213,11 @@ def test_lines_of_one_width_that_end_there_are_no_wrap() -> None:
     assert E.wrap_width("\n".join(box).encode()) is None
     padded = [f"[rank0]: message {n}".ljust(80) for n in range(20)]
     assert E.wrap_width("\n".join(padded).encode()) is None
+    # one print template, every row as wide (a review's repro): rows, not a wrap
+    rows = [f"rank {n % 4} | epoch 3 | step {n:06d}/010000 | loss {1 + n / 1000:.4f} | "
+            f"lr 2.000e-05 | mem_reserved 61.07GB | data_time 0.0123" for n in range(40)]
+    assert len({len(r) for r in rows}) == 1
+    assert E.wrap_width("\n".join(rows).encode()) is None
 
 
 def test_docker_compose_prefix_decided_per_file() -> None:

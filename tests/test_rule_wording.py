@@ -74,6 +74,7 @@ def test_a_resource_limit_signal_says_which_limit() -> None:
     assert "CPU-time limit (`ulimit -t`" in verdict("CRASH001-cpu-time-limit-signal").summary
 
 
-def test_a_rank_of_three_that_alone_aborts_on_gloo_size_check_is_named_with_the_reason() -> None:
+def test_a_rank_of_three_that_alone_aborts_on_gloo_size_check_is_named_as_a_lead() -> None:
     v = verdict("NCCL007-gloo-one-of-three-aborts")
-    assert v.ranks == [1] and "its buffer was the smaller one" in v.summary
+    assert v.ranks == [1] and "Rank 1's buffer was smaller than its sender's" in v.summary
+    assert "if instead one rank had more, it is the one that sent to rank 1" in v.summary

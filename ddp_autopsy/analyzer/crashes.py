@@ -13,8 +13,9 @@ launcher sent, in the same log or on the same host) is the teardown, not a crash
 
 An exception did not end its process when it was raised in a thread of its own (Python's
 "Exception in thread NAME:" just above the traceback), or when it was logged in a bundle whose
-stack dump then found that rank's process alive and still in its program (a ``<module>`` frame
-under its main thread, not only an atexit handler), or followed in the same file by that rank's own
+stack dump then found that rank's process alive (unless its traceback starts at ``<module>``, an
+uncaught one, and the main thread has no ``<module>`` frame left: the program is over and an
+exit hook runs), or followed in the same file by that rank's own
 logger reporting progress (a stamped INFO line with a step, an epoch, a loss: a caught, logged
 exception): none is a crash. Printed lines do not count: stdout is buffered, and a crashing
 rank's last prints are flushed after its traceback.
@@ -106,12 +107,11 @@ def _survivor_test(job: Job) -> Callable[[str, int | None, dict, int], bool]:
     headers = {(r["source"], r["line"]) for r in job.rows("thread_exception")}
     alive: dict[str, set[int]] = {}
     procs = job.processes
-    returned = _main_returned(job.stacks)
+    returned = {rank for rank, _ in _main_returned(job.stacks)}
     if procs.height and {"stack_status", "bundle"} <= set(procs.columns):
         for row in procs.filter((pl.col("role") == "worker") & (pl.col("stack_status") == "ok")
                                 & pl.col("rank").is_not_null()).iter_rows(named=True):
-            if (row["rank"], row["pid"]) not in returned:
-                alive.setdefault(str(row["bundle"]), set()).add(row["rank"])
+            alive.setdefault(str(row["bundle"]), set()).add(row["rank"])
 
     # each rank's last line per file when a logger's INFO line reports work going on (a step,
     # an epoch, a loss). A logger writes to stderr like the traceback, so its order is true;
@@ -126,6 +126,8 @@ def _survivor_test(job: Job) -> Callable[[str, int | None, dict, int], bool]:
             return True
         if went_on.get((source, rank), -1) > line:
             return True  # a caught, logged exception: the rank's work went on after it
+        if rank in returned and data.get("outer") == "<module>":
+            return False  # uncaught (its traceback starts at the module): it ended the program
         return rank is not None and any(
             str(source).startswith(f"{bundle}/") and rank in ranks
             for bundle, ranks in alive.items())

@@ -538,10 +538,15 @@ def wrap_width(first: bytes) -> int | None:
 def _goes_on(line: str, after: str) -> bool:
     """Whether ``after`` is the rest of ``line``, which a terminal wrapped: not a box's or a
     padded line (they end at the width on their own), not a line of its own after it, nor a
-    table's next row or an indented line."""
+    table's next row, an indented line or a line that starts like ``line`` (a template's)."""
     line = line.rstrip("\r")
     return bool(after.strip()) and not line[-1:].isspace() and not after.startswith("  ") \
-        and not _boxed(line) and not _starts_own(after)
+        and not _boxed(line) and _lead(after) != _lead(line) and not _starts_own(after)
+
+
+def _lead(text: str) -> str:
+    """A line's first characters, digits masked: two rows of one template start alike."""
+    return re.sub(r"[0-9]", "#", text[:16])
 
 
 def unwrapped_lines(block: bytes, width: int) -> bytes:
@@ -1929,6 +1934,8 @@ def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, 
         tb = state.tracebacks.get(stream)
         if tb is None:  # frames pasted without their "Traceback (most recent call last):"
             tb = state.tracebacks[stream] = {"line": line, "frames": [], "headless": True}
+        if not tb["frames"] and not tb.get("headless"):
+            tb["outer"] = fm.group("func").strip()  # (the outermost frame: "<module>" uncaught)
         tb["frames"] = [*tb["frames"][-4:], fm.groupdict()]
         tb["count"] = tb.get("count", 0) + 1
         tb["at"] = (line, raw, info)
@@ -1984,6 +1991,8 @@ def _classify_one(line: int, raw: str, found: frozenset[str], ctx: FileContext, 
                 data["frame"] = {"file": last["file"], "line": int(last["line"]),
                                  "func": last["func"].strip()}
                 data["callers"] = [f["func"].strip() for f in tb["frames"][:-1]]
+            if "outer" in tb:
+                data["outer"] = tb["outer"]
         index = state.spawn_index.pop(stream, None)
         if index is not None and info.rank in (None, index):
             info.rank, info.cue = index, "mp.spawn process index"

@@ -184,7 +184,7 @@ CRI_STREAM = re.compile(r"^(?:stdout|stderr) [FP] ")
 SYSLOG = re.compile(
     r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) {1,2}(?P<day>\d{1,2}) "
     r"(?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))? (?P<host>[A-Za-z0-9][\w.-]{0,62}) "
-    r"[A-Za-z_][^\s\[\]:]*\[\d+\]: "
+    r"(?:[A-Za-z_][^\s\[\]:]*\[\d+\]|kernel): "
 )
 # Grafana Loki's logcli, its default output: the stamp, the stream's label set, the line:
 # '2026-11-25T03:00:01Z {job="train", pod="trainer-0"} msg'

@@ -2039,9 +2039,9 @@ EXCEPTION_LINE = re.compile(
     # (glued to prose in another script the user wrote before pasting it, or after its colon:
     # "报错如下FileNotFoundError: ...", "错误：ValueError: ..."; not after a space, where prose
     # names a metric: "验证集 MeanAbsoluteError: 0.12"; the names are ASCII, so each try is short)
-    # (after a word and a colon, a shell's or a tool's "ptuning/train.sh: ", when the type is a
-    # module path: "torch.distributed.elastic.multiprocessing.api.SignalException: ...")
-    r"^\s*(?:.*?[^\x00-\x7F](?:[：:]\s*)?|[\w./-]+:\s+(?=(?:[A-Za-z_]\w*\.){2}))?"
+    # (after a path or a file name and a colon, a shell's "ptuning/train.sh: ", when the type is
+    # a module path: "torch.distributed.elastic.multiprocessing.api.SignalException: ...")
+    r"^\s*(?:.*?[^\x00-\x7F](?:[：:]\s*)?|[\w.-]*[/.][\w./-]*:\s+(?=(?:[A-Za-z_]\w*\.){2}))?"
     r"(?P<type>(?:[A-Za-z_][A-Za-z0-9_]*\.)*(?:[A-Za-z_][A-Za-z0-9_]*"
     r"(?:Error|Exception|Interrupt|Exit|Failure)|Exception))"
     r"(?::\s?(?P<msg>.*))?$"

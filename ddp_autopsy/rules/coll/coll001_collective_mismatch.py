@@ -332,11 +332,13 @@ class CollectiveMismatch(Rule):
 
     def _shape_prints(self, job: Job) -> Iterator[Finding]:
         """The ranks printed the shape of the tensor they pass to a collective ("Rank 0 tensor
-        before allreduce: torch.Size([409600])"), once each, and the shapes differ: most ranks
-        agree, a few do not. Every rank must pass the same shape (all_gather_into_tensor, a
+        before allreduce: torch.Size([409600])"), once each, the job stopped there (a timeout, or
+        a rank's last line is such a print), and the shapes differ: most ranks agree, a few do
+        not. Every rank must pass the same shape (all_gather_into_tensor, a
         reduce, a broadcast): the few are the odd ones."""
         shapes: dict[str, dict[int, set[str]]] = {}
         rows_of: dict[str, list[dict]] = {}
+        printed: Counter[tuple[str, int]] = Counter()
         for r in job.rows("rank_collective_shape"):
             label = r["data"]["label"]
             named = SELF_NAMED.search(label)
@@ -346,7 +348,16 @@ class CollectiveMismatch(Rule):
             key = re.sub(r"\d+", "#", " ".join(label.lower().split()))
             shapes.setdefault(key, {}).setdefault(rank, set()).add(r["data"]["shape"])
             rows_of.setdefault(key, []).append(r)
+            printed[(key, rank)] += 1
+        # (a print the ranks made again, a later epoch's: that collective completed; and the
+        # job must have stopped there: a timeout, or a print some rank's last line)
+        lasts = {(r["source"], r["line"]) for r in job.rows("last_line")}
+        if not job.rows(*kinds_tagged("hang")) and not any(
+                (r["source"], r["line"]) in lasts for rs in rows_of.values() for r in rs):
+            return
         for key, per_rank in sorted(shapes.items()):
+            if any(printed[(key, rank)] > 1 for rank in per_rank):
+                continue
             fixed = {rank: next(iter(v)) for rank, v in per_rank.items() if len(v) == 1}
             if len(fixed) < 3 or len(fixed) < len(per_rank) or len(set(fixed.values())) < 2:
                 continue
@@ -378,16 +389,17 @@ class CollectiveMismatch(Rule):
         rows: list[dict] = []
         for r in job.rows("store_wait_timeout"):
             parts = str(r["data"].get("keys") or "").split(",")[0].strip().split("//")
-            if r["rank"] is None or len(parts) < 4 or not parts[1]:
-                continue  # (the default group's keys name no group: "/default_pg/0//cuda//0")
+            if r["rank"] is None or len(parts) < 4 or not parts[1].isdigit():
+                # (the default group's keys name no group: "/default_pg/0//cuda//0"; a hashed
+                # name, use_hashed_name, is the group's members, not a count)
+                continue
             group_of.setdefault(r["rank"], parts[1])
             rows.append(r)
         if len(set(group_of.values())) < 2:
             return
         culprits, majority = _minority(group_of)
         if not majority:
-            low = min(group_of.values(), key=lambda g: (not g.isdigit(), int(g) if g.isdigit()
-                                                        else 0, g))
+            low = min(group_of.values(), key=int)
             culprits = sorted(r for r, g in group_of.items() if g == low)
         said = "; ".join(f"{rank_phrase(sorted(r for r, g in group_of.items() if g == name))} "
                          f"in group {name!r}" for name in sorted(set(group_of.values())))

@@ -75,15 +75,24 @@ class NewGroupNotJoined(Rule):
         if len(set(groups.values())) != 1:
             return
         group = next(iter(groups.values()))
-        missing = awaited[group] - set(groups) - set(job.crashes.ranks)
-        if not missing:
+        # The key's last number is the peer's rank in the group, not in the job: it is the job's
+        # when the group is the whole job as far as the inputs show (the waiting ranks and the
+        # awaited ones are 0..n).
+        waiting = set(groups)
+        whole = waiting | awaited[group] == set(range(len(waiting | awaited[group])))
+        missing = (awaited[group] - waiting - set(job.crashes.ranks)) if whole else set()
+        if whole and not missing:
             return
+        who = (rank_phrase(missing).capitalize() if missing else
+               f"The group's rank {', '.join(map(str, sorted(awaited[group])))} (a member other "
+               f"than {rank_phrase(sorted(waiting))}; its rank in the job the key does not say)")
         yield self.from_rows(
-            rows, f"{rank_phrase(missing).capitalize()} never reached the `new_group` call that "
-            f"{rank_phrase(sorted(groups))} timed out in: their store reads waited for "
-            f"{'its' if len(missing) == 1 else 'their'} address in group {group!r} "
-            f"({rows[0]['data'].get('keys')}).", shown=2, ranks=missing, confidence=0.7,
-            details={"group": group, "waiting_ranks": sorted(groups)})
+            rows, f"{who} never reached the `new_group` call that "
+            f"{rank_phrase(sorted(waiting))} timed out in: their store reads waited for "
+            f"its address in group {group!r} ({rows[0]['data'].get('keys')}).", shown=2,
+            ranks=missing, confidence=0.7 if missing else 0.5,
+            details={"group": group, "waiting_ranks": sorted(waiting),
+                     "group_ranks_awaited": sorted(awaited[group])})
 
     def _barrier(self, job: Job) -> Iterator[Finding]:
         done = {r["data"].get("key") for r in job.rows("store_barrier_done")}

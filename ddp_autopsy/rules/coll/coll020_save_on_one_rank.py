@@ -6,7 +6,8 @@ that is itself a collective — accelerate's `save_state` of an FSDP, DeepSpeed 
 model ("Saving FSDP model", "Saving DeepSpeed Model and Optimizer"), a DeepSpeed checkpoint
 ("[Torch] Checkpoint global_step500 is about to be saved!") — with no line saying it finished,
 while the other ranks time out in a collective of their own training step (an all-reduce of
-more than one element, an all-gather, a broadcast), not in the save's closing barrier. These
+more than one element, an all-gather, a broadcast), not in the save's closing barrier, and no
+part of the same save finished just before (then every rank was in it: a slow write). These
 frameworks log the save on the main process only, so the saving rank is the line's rank, or 0.
 
 ## Why it hangs or kills the job
@@ -115,6 +116,10 @@ class SaveOnOneRank(Rule):
             end = min(later) if later else job.lines_in(src) + 1
             done = any(r["source"] == src and line < r["line"] < end and "done" in r["data"]
                        for r in saves)
-            if not done and 0 < end - line <= WINDOW:
+            # (a part of the same save that finished just before, "FSDP Model saved to ...":
+            # its collectives ran on every rank, so every rank is in the save: a slow write)
+            before = any(r["source"] == src and line - WINDOW <= r["line"] < line
+                         and "done" in r["data"] for r in saves)
+            if not done and not before and 0 < end - line <= WINDOW:
                 return s
         return None

@@ -117,6 +117,22 @@ CONSEQUENCE = re.compile(
 #: filelock, requests/httpx): the rank waited for something, another rank's failure is first.
 WAITED_TYPE = re.compile(r"(?:^|\.)(?:\w*Timeout(?:Error)?|timeout)$")
 
+#: Frames of network I/O: a timeout there is the rank's own failure (a download, a request).
+IO_FRAME = re.compile(r"(?:^|/)(?:ssl|socket|socketserver)\.py$|/(?:http|urllib|urllib3|requests"
+                      r"|httpx|httpcore|aiohttp|huggingface_hub|botocore|boto3|s3fs|fsspec|gcsfs"
+                      r"|grpc)/")
+
+
+def gave_up_waiting(data: dict[str, Any]) -> bool:
+    """Whether an exception is a wait that gave up (a TimeoutError, filelock's Timeout) on
+    something another process owed it, not the rank's own network I/O timing out."""
+    if not WAITED_TYPE.search(str(data.get("type") or "")):
+        return False
+    frame = data.get("frame") or {}
+    return not IO_FRAME.search(str(frame.get("file") or "").replace("\\", "/")) \
+        and "read operation timed out" not in str(data.get("msg") or "")
+
+
 #: Launchers whose own argparse error is theirs, not a worker's ("torchrun: error: ...").
 LAUNCHER_PROGS = frozenset({"torchrun", "deepspeed", "accelerate", "launch.py", "run.py",
                             "torch.distributed.run", "torch.distributed.launch", "horovodrun",
@@ -173,7 +189,7 @@ class RankCrashed(Rule):
         ranked = [r for r in exceptions if r["rank"] is not None]
         # A rank that gave up waiting (a TimeoutError of its own wait: for a file, a queue, a
         # peer's answer) waited for something another rank's failure withheld.
-        raised = [r for r in ranked if not WAITED_TYPE.search(str(r["data"].get("type") or ""))]
+        raised = [r for r in ranked if not gave_up_waiting(r["data"])]
         if raised:
             ranked = raised
         primary = ranked or ([] if failures or spawns else exceptions)

@@ -7,9 +7,10 @@ the bootstrap's "Message truncated : received N bytes instead of M" of communica
 Gloo's counterpart: "op.preamble.length <= op.nbytes. 8 vs 4. Received data size doesn't match
 expected size. Is there a distributed collective mismatch in your code?" (the receiving process
 aborts with SIGABRT). With three ranks or more and one alone aborting (its own line's prefix, or
-its launcher's SIGABRT), that rank is named, at a lower confidence: more arrived than its buffer
-holds, so its buffer was the smaller one (not in an all_to_all, where a rank sending one peer
-too much makes that peer abort).
+its launcher's SIGABRT), that rank is named as a lead, at a lower confidence: more arrived than
+its buffer holds, so it is the odd one when one rank is short, and the successor of the odd one
+when one rank is long (not in an all_to_all, where a rank sending one peer too much makes that
+peer abort).
 
 ## Why it hangs or kills the job
 A truncated message means two ranks ran the same collective with different sizes (a tensor
@@ -85,18 +86,20 @@ class NcclSizeMismatch(Rule):
         alltoall = job.of_kind("exception")["data"].str.contains(
             "all_to_all|alltoall", literal=False).any() if job.has("events") else False
         if len(receivers) == 1 and world >= 3 and not alltoall:
-            # A receiver aborts when more arrives than its own buffer holds: the one rank of
-            # three or more that did had the smaller buffer, the likelier odd one.
+            # Gloo checks sizes on the receiver: more arrived than its buffer holds. The rank
+            # that aborted first had the smaller buffer of the pair: the odd one when one rank
+            # is short (the usual case: one rank with less data, a field fewer), its sender's
+            # successor when one rank is long. A lead, not a proof.
             (odd,) = receivers
             yield self.finding(
-                f"Gloo received a message of the wrong size{sizes} on rank {odd} alone, which "
-                "aborted: the ranks ran a collective with different sizes or dtypes (or one "
-                f"skipped a collective, so the next ones paired wrongly). Of {world} ranks only "
-                f"rank {odd} received more than its buffer holds, so its buffer was the "
-                "smaller one: the likelier odd one (had one rank's been larger, the ranks "
-                "receiving from it would have aborted instead).",
+                f"Gloo received a message of the wrong size{sizes} and aborted rank {odd} first: "
+                "the ranks ran a collective with different sizes or dtypes (or one skipped a "
+                f"collective, so the next ones paired wrongly). Rank {odd}'s buffer was smaller "
+                f"than its sender's: rank {odd} is the likelier odd one (a rank with less data "
+                "than the others); if instead one rank had more, it is the one that sent to "
+                f"rank {odd}.",
                 evidence=[evidence_of(r) for r in rows[:2]], ranks=[odd],
-                hosts=[r["host"] for r in rows], confidence=0.7, ts=first_ts(rows),
+                hosts=[r["host"] for r in rows], confidence=0.5, ts=first_ts(rows),
                 details={"receivers": [odd], "got": d.get("got"), "want": d.get("want")})
             return
         yield self.finding(
