@@ -56,6 +56,24 @@ def test_a_rank_whose_set_up_failed_is_the_rank_that_never_joined(tmp_path: Path
     assert missing.role == "symptom" and missing.explained_by == analysis.verdict.id
 
 
+def test_a_crash_before_the_launcher_was_signalled_is_the_root(tmp_path: Path) -> None:
+    # blind job node1_stale_script_path: one node's workers could not start; a wrapper then
+    # SIGTERMed the other node's agent. Its lines are stamped, the failed node's first lines not.
+    (tmp_path / "console.log").write_text(
+        "node-1: [default0]:/usr/bin/python: can't open file '/job/v1/train.py': [Errno 2] No "
+        "such file or directory\n"
+        "node-1: E1125 04:16:38.762000 2141 torch/distributed/elastic/multiprocessing/api.py:1002]"
+        " failed (exitcode: 2) local_rank: 0 (pid: 2156) of binary: /usr/bin/python\n"
+        "node-0: W1125 04:16:56.696000 2139 torch/distributed/elastic/agent/server/api.py:753] "
+        "Received 15 death signal, shutting down workers\n"
+        "node-0: torch.distributed.elastic.multiprocessing.api.SignalException: Process 2139 got "
+        "signal: 15\n")
+    analysis = run(load([tmp_path]))
+    assert analysis.verdict.cause == "rank_crashed"
+    terminated = next(f for f in analysis.findings if f.cause == "job_terminated")
+    assert terminated.role == "symptom"
+
+
 def test_healthy_log_has_no_verdict_and_rules_are_ruled_out(tmp_path: Path) -> None:
     (tmp_path / "train.log").write_text("step 0 loss 1.0\nstep 1 loss 0.5\n")
     analysis = run(load([tmp_path]))

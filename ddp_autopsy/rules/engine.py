@@ -193,7 +193,12 @@ def _explains(a: Finding, b: Finding) -> bool:
     ra, rb = set(a.ranks), set(b.ranks)
     if a.cause == "job_terminated" and b.cause == "rank_crashed":
         # The crashes that followed the signal are its consequence; an earlier one is not.
-        return a.ts is None or b.ts is None or a.ts <= b.ts
+        first = _came_first(a, b)
+        return first is None or first is a
+    if a.cause == "rank_crashed" and b.cause == "job_terminated":
+        # A crash before the signal: the job was failing already (a wrapper or a scheduler
+        # then stopped the rest).
+        return _came_first(a, b) is a
     if {a.cause, b.cause} == {"rank_crashed", "rank_stuck_outside_collective"}:
         # A rank that died is one the others wait for: the crash explains "some rank never
         # reached the collective" when that rank is unknown or is the crashed one, never the
@@ -215,6 +220,18 @@ def _explains(a: Finding, b: Finding) -> bool:
         # Ranks that ran out of data are the ones the others wait for, outside any collective.
         return bool(ra) and (not rb or rb <= ra)
     return b.cause == "rank_stuck_outside_collective" and a.cause == "collective_mismatch"
+
+
+def _came_first(a: Finding, b: Finding) -> Finding | None:
+    """The finding whose evidence came first: by their times, else by their first lines in one
+    file (a console that stamps some lines only); None when neither says."""
+    if a.ts is not None and b.ts is not None:
+        return a if a.ts <= b.ts else b
+    lines_a = {e.path: e.line for e in reversed(a.evidence) if e.line is not None}
+    for e in b.evidence:
+        if e.line is not None and e.path in lines_a:
+            return a if lines_a[e.path] <= e.line else b
+    return None
 
 
 #: Below this confidence a root cause is a suspicion (a fragment's likely rank, a base rate):
