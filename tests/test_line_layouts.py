@@ -220,6 +220,50 @@ def test_lines_of_one_width_that_end_there_are_no_wrap() -> None:
     assert E.wrap_width("\n".join(rows).encode()) is None
 
 
+def _pasted(console: list[str]) -> dict[str, str]:
+    typo = str.maketrans({" ": "\u00a0", '"': "\u201d", "'": "\u2019"})
+    return {
+        "plain": "".join(f"{line}\n" for line in console),
+        "cat-n": "".join(f"{n:>6}\t{line}\n" for n, line in enumerate(console, 1)),
+        "less-N": "".join(f"{n:>7} {line}".rstrip() + "\n" for n, line in enumerate(console, 1)),
+        "web-page": "".join(f"{line.translate(typo)}\u200b\n" for line in console),
+        "entities": "".join(line.replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+                            + "\n" for line in console),
+        "markdown-indent": "I get this on 2 nodes:\n\n" + "".join(f"    {line}\n" for line in console),
+    }
+
+
+def test_one_console_copied_through_pages_editors_and_pagers_gets_one_verdict(
+        tmp_path: Path) -> None:
+    console = ["[rank3]:Traceback (most recent call last):",
+               '[rank3]:  File "/workspace/train.py", line 88, in <module>',
+               "[rank3]:    main()", '[rank3]:  File "/workspace/train.py", line 61, in main',
+               "[rank3]:    loss.backward()", f"[rank3]:{OOM}",
+               "[rank1]:" + WATCHDOG.replace("Rank 15", "Rank 1")]
+    got = {}
+    for name, text in _pasted(console).items():
+        (tmp_path / f"{name}.log").write_text(text)
+        analysis = run(load([tmp_path / f"{name}.log"]))
+        got[name] = (analysis.verdict.cause, tuple(analysis.verdict.ranks),
+                     "in main" in analysis.verdict.summary or "main" in str(
+                         analysis.verdict.details.get("frame")))
+        if name != "plain":
+            assert any("copied through" in n.message for n in analysis.job.notes), name
+    assert set(got.values()) == {got["plain"]} and got["plain"][:2] == ("out_of_memory", (3,)), got
+
+
+def test_a_log_of_its_own_is_not_taken_for_a_paste() -> None:
+    traceback = ["Traceback (most recent call last):", '  File "/w/train.py", line 8, in <module>',
+                 "    main()", '  File "/w/train.py", line 5, in main', "    step()",
+                 '  File "/w/train.py", line 3, in step', "    raise ValueError(1)"]
+    assert E.paste_fixes("\n".join(traceback).encode()) is None
+    pyspy = ["Thread 700 (idle): \"MainThread\"", "    all_reduce (torch/distributed/c10d.py:3)",
+             "    main (train.py:33)", "    <module> (train.py:40)", "    x (y.py:1)"]
+    assert E.paste_fixes("\n".join(pyspy).encode()) is None
+    sizes = [f"{2 ** n:>12}{2 ** n // 4:>14}     float     sum" for n in range(3, 20)]
+    assert E.paste_fixes("\n".join(sizes).encode()) is None
+
+
 def test_docker_compose_prefix_decided_per_file() -> None:
     lines = [f"trainer-{n}  | [rank{n}]:{WATCHDOG}" for n in (1, 2)] * 4
     prefix = detect_prefixes(lines)

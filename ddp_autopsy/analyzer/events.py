@@ -595,15 +595,105 @@ def iter_blocks(fh: IO[bytes], display: str, notes: list[InputNote]) -> Iterator
         for block in _blocks(first, fh, display, notes):
             yield envelope_lines(block, field, time_field)
         return
+    pasted = paste_fixes(first)
+    if pasted is not None:
+        notes.append(InputNote(display, f"copied through a web page, an editor or a pager: "
+                                        f"{pasted.said}; read without them", "info"))
+        blocks: Iterator[bytes] = map(pasted.apply, _blocks(first, fh, display, notes))
+        first = pasted.apply(first)
+    else:
+        blocks = _blocks(first, fh, display, notes)
     width = wrap_width(first)
     if width is not None:
         notes.append(InputNote(display, f"hard-wrapped at {width} columns (a terminal's or a "
                                         f"pane capture's): each line {width} characters wide "
                                         "read together with the lines it goes on on", "info"))
-        for block in _blocks(first, fh, display, notes):
+        for block in blocks:
             yield unwrapped_lines(block, width)
         return
-    yield from _blocks(first, fh, display, notes)
+    yield from blocks
+
+
+#: What copying a log through a web page, an editor or a pager leaves in it, and the bytes
+#: that undo it: no-break and zero-width spaces, typographic quotes and dashes, HTML entities.
+_TYPOGRAPHY: tuple[tuple[bytes, bytes], ...] = (
+    ("\u00a0".encode(), b" "), ("\u202f".encode(), b" "), ("\u2007".encode(), b" "),
+    ("\u200b".encode(), b""), ("\u200c".encode(), b""), ("\u200d".encode(), b""),
+    ("\u201c".encode(), b'"'), ("\u201d".encode(), b'"'), ("\u2018".encode(), b"'"),
+    ("\u2019".encode(), b"'"), ("\u2013".encode(), b"--"), ("\u2014".encode(), b"--"),
+)
+_ENTITIES: tuple[tuple[bytes, bytes], ...] = (
+    (b"&lt;", b"<"), (b"&gt;", b">"), (b"&quot;", b'"'), (b"&#39;", b"'"), (b"&#x27;", b"'"),
+    (b"&apos;", b"'"), (b"&amp;", b"&"),
+)
+#: A line number a pager or an editor put before each line: cat -n / nl ("     1\t"),
+#: less -N ("      1 "), vim's :set number ("  1 "), a log viewer's ("1\t").
+_NUMBERED = re.compile(rb"^ *([0-9]+)(?:\t| |\r?$)")
+_NUMBERED_STRIP = re.compile(rb"(?m)^ *[0-9]+(?:\t| |(?=\r?$))")
+
+
+#: What starts a line of a log, never a traceback's frame or a stack dump's: torch's, a
+#: launcher's or an mpirun prefix, a stamp, a traceback's header, a glog header.
+_LINE_START = re.compile(rb"Traceback \(most recent call last\)|\[(?:rank|default|[0-9]+[,\]])|"
+                         rb"[0-9]{4}-[0-9]{2}-[0-9]{2}|[IWEF][0-9]{4} [0-9]{2}:")
+
+
+@dataclass(frozen=True)
+class PasteFixes:
+    """The undoing of a file's paste artifacts, block by block (one line stays one line)."""
+
+    replace: tuple[tuple[bytes, bytes], ...] = ()
+    numbered: bool = False
+    indent: int = 0
+    bullet: bool = False
+    said: str = ""
+
+    def apply(self, block: bytes) -> bytes:
+        for old, new in self.replace:
+            if old in block:
+                block = block.replace(old, new)
+        if self.numbered:
+            block = _NUMBERED_STRIP.sub(b"", block)
+        if self.indent:
+            block = re.sub(rb"(?m)^ {%d}" % self.indent, b"", block)
+        if self.bullet:
+            block = re.sub(rb"(?m)^[-*] ", b"", block)
+        return block
+
+
+def paste_fixes(first: bytes) -> PasteFixes | None:
+    """What the file's first 64 kB show of paste artifacts: typography (any), entities (a
+    "&lt;module&gt;" or "&quot;"), every line numbered in order by a pager or an editor, or every
+    line indented alike (a Markdown code block); None when nothing."""
+    sample = first[:WRAP_SAMPLE]
+    replace = () if sample.isascii() else tuple(p for p in _TYPOGRAPHY if p[0] in sample)
+    if b"&" in sample and (b"&lt;module&gt;" in sample or b"&quot;" in sample
+                           or b"&#39;" in sample or (b"&gt;" in sample and b"&lt;" in sample)):
+        replace += _ENTITIES
+    lines = [line.rstrip(b"\r") for line in sample.split(b"\n")[:200] if line.strip()]
+    numbers = [m for m in map(_NUMBERED.match, lines) if m is not None]
+    numbered = len(lines) >= 5 and len(numbers) == len(lines) and sum(
+        int(b.group(1)) == int(a.group(1)) + 1 for a, b in itertools.pairwise(numbers)
+    ) >= 0.8 * (len(numbers) - 1)
+    indent, bullet = 0, False
+    if not numbered and len(lines) >= 5:
+        # (a Markdown code block: most lines indented alike, prose around it not)
+        indents = [len(line) - len(line.lstrip(b" ")) for line in lines]
+        least = min((i for i in indents if i >= 2), default=0)
+        if 2 <= least <= 8 and sum(i >= least for i in indents) >= 0.8 * len(lines) and any(
+                i == least and _LINE_START.match(line, i) for i, line in zip(indents, lines,
+                                                                             strict=True)):
+            indent = least  # (and a line that starts a log's lines is among the least indented)
+        bullet = sum(line[:2] in (b"- ", b"* ") for line in lines) >= 0.9 * len(lines)
+    if not (replace or numbered or indent or bullet):
+        return None
+    said = "; ".join(x for x in (
+        "typographic spaces, quotes or dashes" if any(p in _TYPOGRAPHY for p in replace) else "",
+        "HTML entities" if any(p in _ENTITIES for p in replace) else "",
+        "a line number before each line" if numbered else "",
+        f"lines indented by {indent} spaces" if indent else "",
+        "a list marker before each line" if bullet else "") if x)
+    return PasteFixes(replace, numbered, indent, bullet, said)
 
 
 def _blocks(first: bytes, fh: IO[bytes], display: str, notes: list[InputNote]) -> Iterator[bytes]:
