@@ -495,6 +495,8 @@ def envelope_lines(block: bytes, field: str, time_field: str | None) -> bytes:
 #: lines are then all exactly that wide, and many are. Read from the file's first 64 kB (a
 #: console wrapped by its terminal is so from its first screens; 1 MB cost 0.8 ms a file).
 WRAP_SAMPLE = 64 << 10
+#: How much of a file's start is looked at first (its line-start artifacts, its widest lines).
+_PASTE_HEAD = 16 << 10
 #: At least this many lines of the wrap width, and this share of the non-blank lines...
 WRAP_MIN_LINES, WRAP_MIN_SHARE = 8, 0.02
 #: ... and this many times as many as one character shorter (a natural end is no wall).
@@ -509,11 +511,12 @@ def wrap_width(first: bytes) -> int | None:
     """The width a terminal hard-wrapped the file at, or None: the longest lines all end at
     one column (at least 60) that far more lines reach than the column before it."""
     sample = first[:WRAP_SAMPLE]
-    if sample.isascii():  # (most logs: the widest lines and their count in C first)
-        widths = list(map(len, sample.replace(b"\r", b"").split(b"\n")))
-        if len(first) > WRAP_SAMPLE:
+    head = sample[:_PASTE_HEAD]
+    if head.isascii():  # (most logs: the first 16 kB's widest lines and their count in C first)
+        widths = list(map(len, head.replace(b"\r", b"").split(b"\n")))
+        if len(first) > len(head):
             widths.pop()
-        if not widths or max(widths) < 60 or widths.count(max(widths)) < WRAP_MIN_LINES:
+        if not widths or max(widths) < 60 or widths.count(max(widths)) < WRAP_MIN_LINES // 2:
             return None
     text = sample.decode("utf-8", "replace")
     lines = text.split("\n")[:-1] if len(first) > WRAP_SAMPLE else text.split("\n")
@@ -670,7 +673,13 @@ def paste_fixes(first: bytes) -> PasteFixes | None:
     if b"&" in sample and (b"&lt;module&gt;" in sample or b"&quot;" in sample
                            or b"&#39;" in sample or (b"&gt;" in sample and b"&lt;" in sample)):
         replace += _ENTITIES
-    lines = [line.rstrip(b"\r") for line in sample.split(b"\n")[:200] if line.strip()]
+    # (the line-start artifacts, looked at only where the first lines can show one: counted
+    # in C, most logs stop here)
+    head = sample[:_PASTE_HEAD]
+    firsts = [line[:1] for line in head.split(b"\n", 12)[:12] if line.strip()]
+    if sum(c.isdigit() or c in (b" ", b"-", b"*") for c in firsts) < 0.5 * len(firsts):
+        return _paste_fixes(replace, False, 0, False)
+    lines = [line.rstrip(b"\r") for line in head.split(b"\n")[:200] if line.strip()]
     numbers = [m for m in map(_NUMBERED.match, lines) if m is not None]
     numbered = len(lines) >= 5 and len(numbers) == len(lines) and sum(
         int(b.group(1)) == int(a.group(1)) + 1 for a, b in itertools.pairwise(numbers)
@@ -685,6 +694,11 @@ def paste_fixes(first: bytes) -> PasteFixes | None:
                                                                              strict=True)):
             indent = least  # (and a line that starts a log's lines is among the least indented)
         bullet = sum(line[:2] in (b"- ", b"* ") for line in lines) >= 0.9 * len(lines)
+    return _paste_fixes(replace, numbered, indent, bullet)
+
+
+def _paste_fixes(replace: tuple[tuple[bytes, bytes], ...], numbered: bool, indent: int,
+                 bullet: bool) -> PasteFixes | None:
     if not (replace or numbered or indent or bullet):
         return None
     said = "; ".join(x for x in (
