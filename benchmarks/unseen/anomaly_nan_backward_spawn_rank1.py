@@ -1,7 +1,8 @@
 """Under ``torch.multiprocessing.spawn`` (3 ranks), a debugging run with
-``torch.autograd.set_detect_anomaly(True)`` on every rank. The DDP model L2-normalises its embeddings
-(``h / h.norm(dim=1, keepdim=True)``, no epsilon). At step 2 rank 1's batch holds an all-zero
-row (a padding sample), so its embedding is 0/0 and its loss NaN: anomaly mode first prints a ``UserWarning: Error
+``torch.autograd.set_detect_anomaly(True)`` on every rank. The DDP model L2-normalises its
+embeddings (``h / h.norm(dim=1, keepdim=True)``, no epsilon). At step 2 rank 1's batch holds an
+all-zero row (a padding sample), so its embedding is 0/0 and its loss NaN: anomaly mode first
+prints a ``UserWarning: Error
 detected in PowBackward0. Traceback of forward call that caused the error:`` with the *forward*
 stack (``File ..., in train_step`` / ``loss = model(x).pow(2).mean()``), then rank 1's backward
 raises ``RuntimeError: Function 'PowBackward0' returned nan values in its 0th output.``; ranks

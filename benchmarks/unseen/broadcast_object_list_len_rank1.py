@@ -35,10 +35,8 @@ def sync_resume_meta(rank: int, log: "object") -> list:
     import torch.distributed as dist
 
     fields = local_fields(rank)
-    if rank == 0:
-        meta = ["run-7f3a", 1200, {"epoch": 3, "offset": 4096}]
-    else:
-        meta = [None] * len(fields)
+    meta = (["run-7f3a", 1200, {"epoch": 3, "offset": 4096}] if rank == 0
+            else [None] * len(fields))
     log.info("syncing resume metadata (%d fields)", len(meta))
     dist.broadcast_object_list(meta, src=0)
     log.info("resume metadata: %s", meta)

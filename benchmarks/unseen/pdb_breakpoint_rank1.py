@@ -30,7 +30,7 @@ def train_step(rank: int, step: int, x: "object") -> "object":
         loss = loss + 50.0  # the spike being chased
         print(f"SCENARIO_READY rank={rank} breakpoint", flush=True)
     if loss.item() > SPIKE:
-        breakpoint()  # noqa: T100  (left in by mistake)
+        breakpoint()  # (left in by mistake)
     return loss
 
 

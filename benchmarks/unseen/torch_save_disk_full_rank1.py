@@ -1,6 +1,6 @@
 """Disk full while checkpointing: at step 2 every rank (of 3) saves its own shard with
-``torch.save`` to node-local scratch (``$TMPDIR/ckpt-<port>/rank<N>/step2.pt``) and then waits for the others
-in ``dist.barrier()``. Rank 1's scratch disk is full (here its shard path is a symlink to
+``torch.save`` to node-local scratch (``$TMPDIR/ckpt-<port>/rank<N>/step2.pt``) and then waits for
+the others in ``dist.barrier()``. Rank 1's scratch disk is full (here its shard path is a symlink to
 ``/dev/full``, which fails every write with ENOSPC, set up by the job at start), so
 ``torch.save`` fails with PyTorch's cryptic serializer errors, not the word "space":
 ``RuntimeError: basic_ios::clear: iostream error`` and, during its handling, ``RuntimeError:
