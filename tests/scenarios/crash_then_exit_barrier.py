@@ -20,6 +20,7 @@ EXPECT = {
     "cause": "rank_crashed",
     "ranks": [1],
     "exception": "KeyError",
+    "stack_frame": "flush_metrics",
     "notes": "rank 1: KeyError, then atexit hook in dist.barrier; ranks 0, 2 in all_reduce",
 }
 
